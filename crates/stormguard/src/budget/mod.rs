@@ -1,0 +1,205 @@
+//! Retry budgets: retries allowed in proportion to how well the downstream is doing.
+//!
+//! # Why budgets and not just a maximum number of attempts?
+//!
+//! `max_attempts = 3` multiplies traffic by three exactly when the downstream is failing, and
+//! three layers that each do so multiply it by 27. The failures that retries cannot fix —
+//! overload, an outage — are the ones where every caller fails at once, so the retries all
+//! arrive together. A budget ties the number of retries to the number of *successes* (or of
+//! requests), shared by every caller of one downstream: when success drops, retries shrink
+//! automatically, and nobody has to notice the outage first.
+//!
+//! Three kinds exist in the field; each is one implementation of [`RetryBudget`]:
+//!
+//! | kind | anchor | rule |
+//! | --- | --- | --- |
+//! | [`TokenBucket`] | gRPC A6 `retryThrottling`, AWS SDK standard quota | tokens lost on failure or spent on retries, refunded on success |
+//! | [`RatioBudget`] | Finagle, Linkerd, tower `TpsBudget` | retries ≤ percent of requests over a time window, plus a reserve |
+//! | [`ConcurrencyBudget`] | Envoy `retry_budget` | active retries ≤ percent of active requests |
+//!
+//! All of them are lock-free (atomics only), `Send + Sync`, and meant to be shared (in an
+//! [`Arc`](std::sync::Arc)) by every caller of one downstream.
+//!
+//! # The protocol
+//!
+//! The retrier drives a budget through one logical request like this:
+//!
+//! 1. [`request_started`](RetryBudget::request_started) once (ratio budgets deposit here,
+//!    concurrency budgets count the request as active) — use a [`RequestGuard`] so that
+//!    [`request_finished`](RetryBudget::request_finished) runs even if the caller is cancelled;
+//! 2. after every attempt, [`record_success`](RetryBudget::record_success) or
+//!    [`record_failure`](RetryBudget::record_failure) (only failures that retrying could fix
+//!    are recorded; a deterministic 404 says nothing about the downstream's health);
+//! 3. before every retry or hedge, [`withdraw`](RetryBudget::withdraw); an `Ok` must be paired
+//!    with [`retry_finished`](RetryBudget::retry_finished) when that attempt ends
+//!    ([`RetryGuard`] does it on drop).
+
+mod concurrency;
+mod ratio;
+mod token_bucket;
+
+pub use concurrency::ConcurrencyBudget;
+pub use ratio::RatioBudget;
+pub use token_bucket::{TokenBucket, TokenBucketSpec};
+
+use std::sync::Arc;
+
+/// What a withdrawal pays for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Withdrawal {
+    /// A retry after an ordinary failure.
+    Retry,
+    /// A retry after a timeout (the AWS quota charges these double).
+    TimeoutRetry,
+    /// A hedged attempt sent while an earlier one is still running.
+    Hedge,
+}
+
+/// A retry budget shared by every caller of one downstream.
+///
+/// See the [module documentation](self) for the order in which the methods are called.
+pub trait RetryBudget: Send + Sync {
+    /// A logical request starts (its first attempt is about to be sent).
+    fn request_started(&self) {}
+
+    /// The logical request ended, whatever its outcome.
+    fn request_finished(&self) {}
+
+    /// Asks to send a retry or a hedge. `Err` means the budget refuses.
+    fn withdraw(&self, kind: Withdrawal) -> Result<(), BudgetExhausted>;
+
+    /// The retry or hedge paid for by a successful [`withdraw`](RetryBudget::withdraw) ended.
+    fn retry_finished(&self) {}
+
+    /// An attempt succeeded. `after` is the withdrawal that paid for it, `None` for a first
+    /// attempt.
+    fn record_success(&self, after: Option<Withdrawal>);
+
+    /// An attempt failed in a way that retrying could fix (retryable, overloaded or in doubt).
+    fn record_failure(&self);
+}
+
+/// The budget refused a retry or hedge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("retry budget exhausted: {kind}")]
+pub struct BudgetExhausted {
+    /// Which kind of budget refused.
+    pub kind: &'static str,
+}
+
+/// Why a budget's parameters were refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum InvalidBudget {
+    /// gRPC A6 requires `maxTokens` in 1..=1000.
+    #[error("max_tokens must be in 1..=1000, got {0}")]
+    MaxTokens(u32),
+    /// A token ratio must be a finite number of at least 0.001 (three decimals are kept).
+    #[error("token_ratio must be a finite number >= 0.001, got {0}")]
+    TokenRatio(f64),
+    /// A retry percent must be a finite number in 0.0..=1000.0.
+    #[error("retry_percent must be a finite number in 0.0..=1000.0, got {0}")]
+    RetryPercent(f64),
+    /// The ratio window must last from 1 to 60 seconds.
+    #[error("ttl must be between 1 s and 60 s, got {0:?}")]
+    Ttl(std::time::Duration),
+    /// A concurrency budget percent must be a finite number in 0.0..=100.0.
+    #[error("budget_percent must be a finite number in 0.0..=100.0, got {0}")]
+    BudgetPercent(f64),
+}
+
+/// No budget at all: every retry is allowed. The default of a retrier, and the baseline the
+/// simulator compares budgets against.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unlimited;
+
+impl RetryBudget for Unlimited {
+    #[inline]
+    fn withdraw(&self, _: Withdrawal) -> Result<(), BudgetExhausted> {
+        Ok(())
+    }
+    #[inline]
+    fn record_success(&self, _: Option<Withdrawal>) {}
+    #[inline]
+    fn record_failure(&self) {}
+}
+
+macro_rules! forward_budget {
+    ($($ty:ty),*) => {$(
+        impl<B: RetryBudget + ?Sized> RetryBudget for $ty {
+            #[inline]
+            fn request_started(&self) {
+                (**self).request_started()
+            }
+            #[inline]
+            fn request_finished(&self) {
+                (**self).request_finished()
+            }
+            #[inline]
+            fn withdraw(&self, kind: Withdrawal) -> Result<(), BudgetExhausted> {
+                (**self).withdraw(kind)
+            }
+            #[inline]
+            fn retry_finished(&self) {
+                (**self).retry_finished()
+            }
+            #[inline]
+            fn record_success(&self, after: Option<Withdrawal>) {
+                (**self).record_success(after)
+            }
+            #[inline]
+            fn record_failure(&self) {
+                (**self).record_failure()
+            }
+        }
+    )*};
+}
+
+forward_budget!(&B, Arc<B>, Box<B>);
+
+/// Calls [`RetryBudget::request_started`] now and [`RetryBudget::request_finished`] on drop.
+#[derive(Debug)]
+pub struct RequestGuard<'a, B: RetryBudget + ?Sized> {
+    budget: &'a B,
+}
+
+impl<'a, B: RetryBudget + ?Sized> RequestGuard<'a, B> {
+    /// Starts a logical request on `budget`.
+    #[inline]
+    pub fn new(budget: &'a B) -> Self {
+        budget.request_started();
+        RequestGuard { budget }
+    }
+}
+
+impl<B: RetryBudget + ?Sized> Drop for RequestGuard<'_, B> {
+    #[inline]
+    fn drop(&mut self) {
+        self.budget.request_finished();
+    }
+}
+
+/// A granted withdrawal; calls [`RetryBudget::retry_finished`] on drop.
+#[derive(Debug)]
+pub struct RetryGuard<'a, B: RetryBudget + ?Sized> {
+    budget: &'a B,
+    kind: Withdrawal,
+}
+
+impl<'a, B: RetryBudget + ?Sized> RetryGuard<'a, B> {
+    /// Withdraws from `budget`; the guard releases the retry when dropped.
+    pub fn withdraw(budget: &'a B, kind: Withdrawal) -> Result<Self, BudgetExhausted> {
+        budget.withdraw(kind)?;
+        Ok(RetryGuard { budget, kind })
+    }
+
+    /// What this withdrawal paid for.
+    pub fn kind(&self) -> Withdrawal {
+        self.kind
+    }
+}
+
+impl<B: RetryBudget + ?Sized> Drop for RetryGuard<'_, B> {
+    fn drop(&mut self) {
+        self.budget.retry_finished();
+    }
+}

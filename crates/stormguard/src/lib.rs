@@ -1,0 +1,61 @@
+//! stormguard keeps timeouts and retries from turning a small fault into an outage.
+//!
+//! Every decision here is a question about a budget: the *time* left before the caller stops
+//! listening (the [`deadline`]), and the *retries* left before retrying starts to hurt (the
+//! retry [`budget`]). The core answers those questions with plain functions over an
+//! injectable [`clock`] and random source, so the same policy objects run in production, in
+//! tests under tokio's paused time, and in the simulator.
+//!
+//! | module | what it decides |
+//! | --- | --- |
+//! | [`backoff`] | how long to wait before retry *n* (fixed, linear, exponential; full, equal, decorrelated jitter) |
+//! | [`budget`] | whether a retry may be sent at all (gRPC/AWS token buckets, Finagle ratio, Envoy concurrency) |
+//! | [`deadline`] | how much time is left, what to hand downstream, and the wire formats that carry it |
+//! | [`classify`] | what a result means: success, retryable, never retry, overloaded, in doubt |
+//! | [`retry`] | the retrier that combines them, and the pure decision it is built on |
+//! | [`config`] | per-endpoint policy files (TOML, JSON), validated at load |
+//!
+//! # Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use stormguard::backoff::Backoff;
+//! use stormguard::budget::TokenBucket;
+//! use stormguard::classify::ByErrorClass;
+//! use stormguard::deadline::{self, Deadline};
+//! use stormguard::retry::{Retrier, RetryPolicy, StopReason};
+//!
+//! let policy = RetryPolicy::new(5)
+//!     .with_backoff(Backoff::exponential(Duration::from_millis(20)).with_cap(Duration::from_millis(200)))
+//!     .with_min_call(Duration::from_millis(60))
+//!     .validate()
+//!     .unwrap();
+//! let budget = Arc::new(TokenBucket::grpc(10, 0.1).unwrap());
+//! let retrier = Retrier::new(policy).with_budget(budget);
+//!
+//! // A server handler: the request arrived with 250 ms left.
+//! let call = retrier.run(
+//!     |_attempt| async {
+//!         tokio::time::sleep(Duration::from_millis(60)).await;
+//!         Err::<(), _>(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
+//!     },
+//!     ByErrorClass,
+//! );
+//! let err = deadline::scope(Deadline::after(Duration::from_millis(250), Default::default()), call)
+//!     .await
+//!     .unwrap_err();
+//! assert_eq!(err.reason(), StopReason::DeadlineTooClose);
+//! # }
+//! ```
+
+pub mod backoff;
+pub mod budget;
+pub mod classify;
+pub mod clock;
+#[cfg(feature = "config")]
+pub mod config;
+pub mod deadline;
+pub mod duration;
+pub mod retry;

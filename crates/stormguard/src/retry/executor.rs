@@ -1,0 +1,391 @@
+//! The async retrier: [`RetryRun`] driven by tokio's timer.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{RngCore, SeedableRng};
+
+use super::decide::{AttemptOutcome, Decision, RetryRun, StopReason};
+use super::error::{Failure, RetryError};
+use super::key::IdempotencyKey;
+use super::observe::RetryObserver;
+use super::policy::RetryPolicy;
+use crate::budget::{RetryBudget, Unlimited};
+use crate::classify::Classifier;
+use crate::deadline::{self, Deadline};
+
+/// Runs an operation under a [`RetryPolicy`], a shared [`RetryBudget`] and the deadline.
+///
+/// It stops at the first of: success, a failure that must not be retried, attempts exhausted,
+/// budget refused, a deadline that cannot fit the wait plus a minimum call, or the caller
+/// dropping the future (which drops the attempt in flight: that is how it is cancelled).
+///
+/// The deadline is the call's own ([`Call::with_deadline`]) or else the task's current one
+/// ([`deadline::current`]), whichever is earlier. It is read only after a failure, or before
+/// each attempt when a per-try timeout is set: a call that succeeds at once reads no clock,
+/// arms no timer and allocates nothing.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use stormguard::budget::TokenBucket;
+/// use stormguard::classify::{Outcome, classify_http_status};
+/// use stormguard::retry::{Retrier, RetryPolicy};
+///
+/// let budget = Arc::new(TokenBucket::grpc(10, 0.1).unwrap());
+/// let retrier = Retrier::new(RetryPolicy::new(3)).with_budget(budget);
+/// let status = retrier
+///     .run(
+///         |attempt| async move { Ok::<u16, ()>(if attempt.number < 3 { 503 } else { 200 }) },
+///         |r: &Result<u16, ()>| r.map_or(Outcome::NeverRetry, |s| classify_http_status(s, None)),
+///     )
+///     .await;
+/// assert_eq!(status.unwrap(), 200);
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Retrier<B = Unlimited, O = (), R = SeededRandom> {
+    policy: RetryPolicy,
+    budget: B,
+    observer: O,
+    random: R,
+}
+
+/// Per-call options: idempotency and deadline.
+#[derive(Clone, Debug, Default)]
+pub struct Call {
+    idempotent: Option<bool>,
+    key: Option<IdempotencyKey>,
+    deadline: Option<Deadline>,
+}
+
+impl Call {
+    /// Options that follow the policy's defaults.
+    pub fn new() -> Self {
+        Call::default()
+    }
+
+    /// Overrides whether this call is idempotent.
+    pub fn idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = Some(idempotent);
+        self
+    }
+
+    /// Carries `key` on every attempt; a keyed call may be retried after an in-doubt failure.
+    pub fn with_key(mut self, key: IdempotencyKey) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// Bounds this call by `deadline` (the task's current deadline still applies if earlier).
+    pub fn with_deadline(mut self, deadline: Deadline) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    fn retry_safe(&self, policy_default: bool) -> bool {
+        self.key.is_some() || self.idempotent.unwrap_or(policy_default)
+    }
+
+    fn remaining(&self) -> Option<Duration> {
+        let current = deadline::with_current(|d| d.map(Deadline::remaining));
+        match (self.deadline.as_ref().map(Deadline::remaining), current) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// What the operation is handed for each attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// 1 for the first attempt.
+    pub number: u32,
+    /// The call's idempotency key, the same on every attempt.
+    pub key: Option<IdempotencyKey>,
+    /// The time this attempt is allowed, when a per-try timeout is set: the retrier cancels
+    /// the attempt after it, and the operation may pass it on (as `grpc-timeout`, …).
+    pub timeout: Option<Duration>,
+}
+
+/// Everything about a finished call: the last result, attempts sent and why it stopped.
+#[derive(Debug)]
+pub struct Report<T, E> {
+    /// The last attempt's result. It is `Ok` when the call succeeded, and also when the last
+    /// attempt returned a value that the classifier called a failure (say an HTTP 503
+    /// response): the response is handed back, as tower's retry does.
+    pub result: Result<T, Failure<E>>,
+    /// Attempts sent, the first included.
+    pub attempts: u32,
+    /// Why the call stopped.
+    pub stop: StopReason,
+}
+
+impl Retrier {
+    /// A retrier with no budget, no observer and entropy-seeded jitter.
+    pub fn new(policy: RetryPolicy) -> Self {
+        Retrier {
+            policy,
+            budget: Unlimited,
+            observer: (),
+            random: SeededRandom::from_entropy(),
+        }
+    }
+}
+
+impl<B: RetryBudget, O: RetryObserver, R: RandomSource> Retrier<B, O, R> {
+    /// Shares `budget` (usually an `Arc` held by every caller of the downstream).
+    pub fn with_budget<B2: RetryBudget>(self, budget: B2) -> Retrier<B2, O, R> {
+        Retrier {
+            policy: self.policy,
+            budget,
+            observer: self.observer,
+            random: self.random,
+        }
+    }
+
+    /// Reports every attempt to `observer`.
+    pub fn with_observer<O2: RetryObserver>(self, observer: O2) -> Retrier<B, O2, R> {
+        Retrier {
+            policy: self.policy,
+            budget: self.budget,
+            observer,
+            random: self.random,
+        }
+    }
+
+    /// Draws jitter from `random` (for example [`SeededRandom::new`] in tests).
+    pub fn with_random<R2: RandomSource>(self, random: R2) -> Retrier<B, O, R2> {
+        Retrier {
+            policy: self.policy,
+            budget: self.budget,
+            observer: self.observer,
+            random,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &RetryPolicy {
+        &self.policy
+    }
+
+    /// The budget.
+    pub fn budget(&self) -> &B {
+        &self.budget
+    }
+
+    /// Runs `op` with the policy's defaults and returns its value, or why it gave up.
+    ///
+    /// `classifier` turns each attempt's result into an [`Outcome`](crate::classify::Outcome);
+    /// a closure `|r: &Result<T, E>| -> Outcome` or [`ByErrorClass`](crate::classify::ByErrorClass)
+    /// will do. When the last attempt returned `Ok` with a value classified as a failure, that
+    /// value is returned as `Ok` (use [`Retrier::run_report`] to see why it stopped).
+    pub async fn run<T, E, F, Fut, C>(&self, op: F, classifier: C) -> Result<T, RetryError<E>>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classifier<T, E>,
+    {
+        self.run_with(Call::new(), op, classifier).await
+    }
+
+    /// [`Retrier::run`] with per-call options.
+    pub async fn run_with<T, E, F, Fut, C>(
+        &self,
+        call: Call,
+        op: F,
+        classifier: C,
+    ) -> Result<T, RetryError<E>>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classifier<T, E>,
+    {
+        let report = self.run_report(call, op, classifier).await;
+        report.result.map_err(|last| RetryError {
+            reason: report.stop,
+            attempts: report.attempts,
+            last,
+        })
+    }
+
+    /// Runs `op` and reports the last result, the attempts sent and why it stopped.
+    pub async fn run_report<T, E, F, Fut, C>(
+        &self,
+        call: Call,
+        mut op: F,
+        classifier: C,
+    ) -> Report<T, E>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classifier<T, E>,
+    {
+        let retry_safe = call.retry_safe(self.policy.idempotent());
+        let mut run = RetryRun::start(&self.policy, &self.budget, retry_safe);
+        let mut rng = LazyRng::new(&self.random);
+        let mut cancelled = CancelReporter::new(&self.observer);
+        loop {
+            let number = run.attempts();
+            cancelled.attempts = number;
+            self.observer.attempt_started(number);
+            let timeout = self
+                .policy
+                .per_try_timeout()
+                .map(|per_try| call.remaining().map_or(per_try, |r| r.min(per_try)));
+            let attempt = Attempt {
+                number,
+                key: call.key.clone(),
+                timeout,
+            };
+            let (result, ended) = match timeout {
+                None => {
+                    let result = op(attempt).await;
+                    let outcome = classifier.classify(&result);
+                    (
+                        result.map_err(Failure::Error),
+                        AttemptOutcome::from(outcome),
+                    )
+                }
+                Some(limit) => match tokio::time::timeout(limit, op(attempt)).await {
+                    Ok(result) => {
+                        let outcome = classifier.classify(&result);
+                        (
+                            result.map_err(Failure::Error),
+                            AttemptOutcome::from(outcome),
+                        )
+                    }
+                    Err(_) => (Err(Failure::TimedOut(limit)), AttemptOutcome::TIMED_OUT),
+                },
+            };
+            self.observer.attempt_ended(number, &ended);
+            match run.finish_attempt(ended, || call.remaining(), &mut rng) {
+                Decision::Stop(stop) => {
+                    cancelled.armed = false;
+                    if stop != StopReason::Succeeded {
+                        self.observer.gave_up(number, stop);
+                    }
+                    return Report {
+                        result,
+                        attempts: number,
+                        stop,
+                    };
+                }
+                Decision::Retry {
+                    attempt,
+                    delay,
+                    reason,
+                } => {
+                    self.observer.retry_scheduled(attempt, delay, reason);
+                    drop(result);
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Tells the observer that the call was cancelled if the future is dropped mid-way.
+struct CancelReporter<'a, O: RetryObserver> {
+    observer: &'a O,
+    attempts: u32,
+    armed: bool,
+}
+
+impl<'a, O: RetryObserver> CancelReporter<'a, O> {
+    fn new(observer: &'a O) -> Self {
+        CancelReporter {
+            observer,
+            attempts: 0,
+            armed: true,
+        }
+    }
+}
+
+impl<O: RetryObserver> Drop for CancelReporter<'_, O> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.observer.gave_up(self.attempts, StopReason::Cancelled);
+        }
+    }
+}
+
+/// Where a retrier's jitter comes from: one generator per call, made only when the call
+/// needs its first retry.
+pub trait RandomSource: Send + Sync {
+    /// The generator a call draws from.
+    type Rng: RngCore;
+    /// A generator for one call.
+    fn rng(&self) -> Self::Rng;
+}
+
+/// Seeded per-call generators: call *k* of a retrier seeded with *s* always draws the same
+/// delays, so tests and simulations repeat exactly.
+///
+/// [`SeededRandom::from_entropy`] seeds from the operating system instead: in production
+/// every process must jitter differently, or processes restarted together would retry
+/// together.
+#[derive(Debug)]
+pub struct SeededRandom {
+    seed: u64,
+    calls: AtomicU64,
+}
+
+impl SeededRandom {
+    /// Generators derived from `seed`.
+    pub fn new(seed: u64) -> Self {
+        SeededRandom {
+            seed,
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    /// Generators derived from a seed drawn from the operating system.
+    pub fn from_entropy() -> Self {
+        SeededRandom::new(SmallRng::from_os_rng().next_u64())
+    }
+}
+
+impl RandomSource for SeededRandom {
+    type Rng = SmallRng;
+
+    fn rng(&self) -> SmallRng {
+        let call = self.calls.fetch_add(1, Ordering::Relaxed);
+        SmallRng::seed_from_u64(self.seed ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+}
+
+/// Makes the call's generator on first use, so a call that never retries never makes one.
+struct LazyRng<'a, R: RandomSource> {
+    source: &'a R,
+    rng: Option<R::Rng>,
+}
+
+impl<'a, R: RandomSource> LazyRng<'a, R> {
+    fn new(source: &'a R) -> Self {
+        LazyRng { source, rng: None }
+    }
+
+    fn get(&mut self) -> &mut R::Rng {
+        self.rng.get_or_insert_with(|| self.source.rng())
+    }
+}
+
+impl<R: RandomSource> RngCore for LazyRng<'_, R> {
+    fn next_u32(&mut self) -> u32 {
+        self.get().next_u32()
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.get().next_u64()
+    }
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        self.get().fill_bytes(dest)
+    }
+}
