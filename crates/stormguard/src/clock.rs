@@ -21,7 +21,7 @@
 //! (`stormguard-clock`, started on first use, like `quanta`'s upkeep thread) refreshes every
 //! millisecond.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Once, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -172,22 +172,89 @@ impl Default for ManualClock {
     }
 }
 
+/// A cheap millisecond counter on a [`Clock`], zero when created: the time base of windows
+/// measured in hundreds of milliseconds (ratio budgets, breaker windows).
+///
+/// On the system clock a reading is two relaxed atomic loads (see [coarse
+/// readings](self#coarse-readings)); on other clocks it is a precise reading.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard::clock::{CoarseMillis, ManualClock};
+///
+/// let manual = ManualClock::new();
+/// let millis = CoarseMillis::new(manual.clock());
+/// manual.advance(Duration::from_millis(1500));
+/// assert_eq!(millis.now(), 1500);
+/// ```
+#[derive(Clone, Debug)]
+pub struct CoarseMillis {
+    clock: Clock,
+    origin: Instant,
+    system_base: u64,
+}
+
+impl CoarseMillis {
+    /// A counter starting at zero now.
+    pub fn new(clock: Clock) -> Self {
+        let system_base = match clock.source {
+            Source::System => coarse_system_millis(),
+            _ => 0,
+        };
+        CoarseMillis {
+            origin: clock.now(),
+            clock,
+            system_base,
+        }
+    }
+
+    /// Milliseconds since this counter was created (saturating, never decreasing).
+    #[inline]
+    pub fn now(&self) -> u64 {
+        match &self.clock.source {
+            Source::System => coarse_system_millis().saturating_sub(self.system_base),
+            _ => u64::try_from(
+                self.clock
+                    .now()
+                    .saturating_duration_since(self.origin)
+                    .as_millis(),
+            )
+            .unwrap_or(u64::MAX),
+        }
+    }
+
+    /// The clock this counter reads.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+}
+
 /// Process-wide coarse time: milliseconds since `COARSE_ORIGIN`, refreshed by one thread.
 static COARSE_ORIGIN: OnceLock<Instant> = OnceLock::new();
 static COARSE_MILLIS: AtomicU64 = AtomicU64::new(0);
 static COARSE_UPKEEP: Once = Once::new();
+/// Set when the upkeep thread could not be started: every reading then refreshes the value.
+static COARSE_SELF_SERVICE: AtomicBool = AtomicBool::new(false);
 const COARSE_TICK: Duration = Duration::from_millis(1);
 
 fn coarse_system_now() -> Instant {
-    let origin = *COARSE_ORIGIN.get_or_init(Instant::now);
-    if !COARSE_UPKEEP.is_completed() {
-        start_coarse_upkeep(origin);
+    let millis = coarse_system_millis();
+    *COARSE_ORIGIN.get_or_init(Instant::now) + Duration::from_millis(millis)
+}
+
+#[inline]
+fn coarse_system_millis() -> u64 {
+    if !COARSE_UPKEEP.is_completed() || COARSE_SELF_SERVICE.load(Ordering::Relaxed) {
+        start_or_refresh_coarse();
     }
-    origin + Duration::from_millis(COARSE_MILLIS.load(Ordering::Relaxed))
+    COARSE_MILLIS.load(Ordering::Relaxed)
 }
 
 #[cold]
-fn start_coarse_upkeep(origin: Instant) {
+fn start_or_refresh_coarse() {
+    let origin = *COARSE_ORIGIN.get_or_init(Instant::now);
     COARSE_UPKEEP.call_once(|| {
         refresh_coarse(origin);
         let spawned = std::thread::Builder::new()
@@ -198,18 +265,12 @@ fn start_coarse_upkeep(origin: Instant) {
                     refresh_coarse(origin);
                 }
             });
-        // Without the thread the coarse time would freeze; fall back to precise readings by
-        // refreshing on every call instead.
-        if spawned.is_err() {
-            COARSE_FALLBACK.store(1, Ordering::Relaxed);
-        }
+        COARSE_SELF_SERVICE.store(spawned.is_err(), Ordering::Relaxed);
     });
-    if COARSE_FALLBACK.load(Ordering::Relaxed) == 1 {
+    if COARSE_SELF_SERVICE.load(Ordering::Relaxed) {
         refresh_coarse(origin);
     }
 }
-
-static COARSE_FALLBACK: AtomicU64 = AtomicU64::new(0);
 
 fn refresh_coarse(origin: Instant) {
     let millis = u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX);

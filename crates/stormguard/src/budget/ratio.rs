@@ -6,33 +6,37 @@
 //! over 10 s, 10 retries per second) a downstream that fails everything gets at most 20 % more
 //! traffic plus 10 retries per second, however many attempts each call is configured for.
 //!
-//! Units are micro-retries, so any percent with up to six decimals is exact. (tower's
-//! `TpsBudget` turns `retry_percent = 0.6` into a withdraw amount of `(1 / 0.6) as isize = 1`,
-//! i.e. 100 % — tower issue #857. Here 0.6 is 600 000 micro-retries per request: 60 %.)
+//! Units are milli-retries, so any percent with up to three decimals is exact, like gRPC's
+//! token ratio. (tower's `TpsBudget` turns `retry_percent = 0.6` into a withdraw amount of
+//! `(1 / 0.6) as isize = 1`, i.e. 100 % — tower issue #857. Here 0.6 is 600 milli-retries per
+//! request: 60 %.)
 //!
 //! # The window
 //!
 //! The ttl is split into ten slots. Each slot is one `AtomicU64` packing the slot's epoch
 //! (which slot-width period it belongs to) with its balance, so rotating a stale slot and
-//! adding to it are one compare-and-swap; a deposit is usually one `fetch_add`. A withdrawal
-//! subtracts first and then sums the live slots, refunding if the sum went below zero, so
-//! concurrent withdrawals can never overspend. Time comes from [`Clock::coarse_now`], which is
-//! one atomic load for the system clock.
+//! adding to it are one compare-and-swap, and a deposit into the current slot is one
+//! `fetch_add`. A withdrawal first sums the live slots and refuses without writing when the
+//! balance is short (the common case in an outage); otherwise it subtracts and sums again,
+//! refunding if a concurrent withdrawal got there first, so withdrawals never overspend. Time
+//! comes from [`CoarseMillis`], two relaxed loads on the system clock.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{BudgetExhausted, InvalidBudget, RetryBudget, Withdrawal};
-use crate::clock::Clock;
+use crate::clock::{Clock, CoarseMillis};
 
 const SLOTS: usize = 10;
-/// One retry, in budget units.
-const RETRY_UNITS: i64 = 1_000_000;
+/// One retry, in budget units (milli-retries).
+const RETRY_UNITS: i64 = 1_000;
 
 const BALANCE_BITS: u32 = 40;
 const BALANCE_BIAS: i64 = 1 << (BALANCE_BITS - 1);
 const BALANCE_MASK: u64 = (1 << BALANCE_BITS) - 1;
 const EPOCH_MASK: u64 = (1 << (64 - BALANCE_BITS)) - 1;
+/// Below this magnitude a balance can take any single deposit or withdrawal with `fetch_add`.
+const SAFE_ADD_LIMIT: u64 = 1 << (BALANCE_BITS - 2);
 
 /// A retry budget over a sliding time window, shared by every caller of one downstream.
 ///
@@ -63,8 +67,7 @@ pub struct RatioBudget {
     slot_millis: u64,
     deposit: i64,
     reserve: i64,
-    origin: Instant,
-    clock: Clock,
+    millis: CoarseMillis,
 }
 
 impl RatioBudget {
@@ -85,7 +88,6 @@ impl RatioBudget {
         let ttl_millis = u64::try_from(ttl.as_millis()).unwrap_or(60_000);
         let reserve_retries =
             (u128::from(min_retries_per_sec) * u128::from(ttl_millis)).div_ceil(1000);
-        let origin = clock.coarse_now();
         Ok(RatioBudget {
             slots: std::array::from_fn(|_| AtomicU64::new(pack(0, 0))),
             slot_millis: (ttl_millis / SLOTS as u64).max(1),
@@ -93,8 +95,7 @@ impl RatioBudget {
             reserve: i64::try_from(reserve_retries)
                 .unwrap_or(i64::MAX / RETRY_UNITS)
                 .saturating_mul(RETRY_UNITS),
-            origin,
-            clock,
+            millis: CoarseMillis::new(clock),
         })
     }
 
@@ -110,18 +111,23 @@ impl RatioBudget {
         (self.live_balance(epoch) + self.reserve) as f64 / RETRY_UNITS as f64
     }
 
+    #[inline]
     fn epoch(&self) -> u64 {
-        let elapsed = self
-            .clock
-            .coarse_now()
-            .saturating_duration_since(self.origin);
-        let millis = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
-        (millis / self.slot_millis) & EPOCH_MASK
+        (self.millis.now() / self.slot_millis) & EPOCH_MASK
     }
 
+    #[inline]
     fn add(&self, epoch: u64, delta: i64) {
         let slot = &self.slots[(epoch % SLOTS as u64) as usize];
         let mut current = slot.load(Ordering::Relaxed);
+        let (slot_epoch, balance) = unpack(current);
+        if slot_epoch == epoch && balance.unsigned_abs() < SAFE_ADD_LIMIT {
+            // The balance is far from the field's limits, so a wrapping add of a small delta
+            // stays inside the balance bits. (Were the slot rotated between the load and the
+            // add, which takes a whole ttl, the delta would count in the new period.)
+            slot.fetch_add(delta as u64, Ordering::AcqRel);
+            return;
+        }
         loop {
             let (slot_epoch, balance) = unpack(current);
             let next = if slot_epoch == epoch {
@@ -155,13 +161,17 @@ impl RetryBudget for RatioBudget {
     }
 
     fn withdraw(&self, _: Withdrawal) -> Result<(), BudgetExhausted> {
+        const REFUSED: BudgetExhausted = BudgetExhausted {
+            kind: "ratio budget",
+        };
         let epoch = self.epoch();
+        if self.live_balance(epoch) + self.reserve < RETRY_UNITS {
+            return Err(REFUSED);
+        }
         self.add(epoch, -RETRY_UNITS);
         if self.live_balance(epoch) + self.reserve < 0 {
             self.add(epoch, RETRY_UNITS);
-            return Err(BudgetExhausted {
-                kind: "ratio budget",
-            });
+            return Err(REFUSED);
         }
         Ok(())
     }
@@ -226,6 +236,13 @@ mod tests {
             b.request_started();
         }
         assert_eq!(retries_allowed(&b, 100), 5);
+        let (b, _) = budget(0.001, 0);
+        for _ in 0..999 {
+            b.request_started();
+        }
+        assert_eq!(retries_allowed(&b, 100), 0, "0.999 retries earned");
+        b.request_started();
+        assert_eq!(retries_allowed(&b, 100), 1);
     }
 
     #[test]

@@ -252,7 +252,8 @@ impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
             delay = delay.max(pushback);
         }
         if let Some(remaining) = remaining() {
-            if remaining < delay.saturating_add(self.policy.min_call()) {
+            // An expired deadline stops retries even when the wait and minimum call are zero.
+            if remaining.is_zero() || remaining < delay.saturating_add(self.policy.min_call()) {
                 return Decision::Stop(StopReason::DeadlineTooClose);
             }
         }

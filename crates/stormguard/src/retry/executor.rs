@@ -191,7 +191,7 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource> Retrier<B, O, R> {
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<T, E>,
     {
-        self.run_with(Call::new(), op, classifier).await
+        self.drive(Call::new(), op, classifier, into_result).await
     }
 
     /// [`Retrier::run`] with per-call options.
@@ -206,21 +206,38 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource> Retrier<B, O, R> {
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<T, E>,
     {
-        let report = self.run_report(call, op, classifier).await;
-        report.result.map_err(|last| RetryError {
-            reason: report.stop,
-            attempts: report.attempts,
-            last,
-        })
+        self.drive(call, op, classifier, into_result).await
     }
 
     /// Runs `op` and reports the last result, the attempts sent and why it stopped.
     pub async fn run_report<T, E, F, Fut, C>(
         &self,
         call: Call,
-        mut op: F,
+        op: F,
         classifier: C,
     ) -> Report<T, E>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classifier<T, E>,
+    {
+        self.drive(call, op, classifier, |result, attempts, stop| Report {
+            result,
+            attempts,
+            stop,
+        })
+        .await
+    }
+
+    /// The retry loop; `finish` shapes what the caller gets, so the success path builds
+    /// nothing it does not return.
+    async fn drive<T, E, F, Fut, C, Out>(
+        &self,
+        call: Call,
+        mut op: F,
+        classifier: C,
+        finish: impl FnOnce(Result<T, Failure<E>>, u32, StopReason) -> Out,
+    ) -> Out
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -270,11 +287,7 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource> Retrier<B, O, R> {
                     if stop != StopReason::Succeeded {
                         self.observer.gave_up(number, stop);
                     }
-                    return Report {
-                        result,
-                        attempts: number,
-                        stop,
-                    };
+                    return finish(result, number, stop);
                 }
                 Decision::Retry {
                     attempt,
@@ -290,6 +303,18 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource> Retrier<B, O, R> {
             }
         }
     }
+}
+
+fn into_result<T, E>(
+    result: Result<T, Failure<E>>,
+    attempts: u32,
+    reason: StopReason,
+) -> Result<T, RetryError<E>> {
+    result.map_err(|last| RetryError {
+        reason,
+        attempts,
+        last,
+    })
 }
 
 /// Tells the observer that the call was cancelled if the future is dropped mid-way.
