@@ -211,10 +211,9 @@ impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
         remaining: impl FnOnce() -> Option<Duration>,
         rng: &mut R,
     ) -> Decision {
-        self.release_retry();
         let reason = match ended.outcome {
             Outcome::Success => {
-                self.budget.record_success(self.paid_by);
+                self.succeeded();
                 return Decision::Stop(StopReason::Succeeded);
             }
             Outcome::NeverRetry => return Decision::Stop(StopReason::NeverRetry),
@@ -223,8 +222,18 @@ impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
             Outcome::InDoubt if ended.timed_out => RetryReason::TimedOut,
             Outcome::InDoubt => RetryReason::InDoubt,
         };
+        self.release_retry();
         self.budget.record_failure();
         self.decide_retry(ended, reason, remaining, rng)
+    }
+
+    /// Records that the attempt in flight succeeded: the same as
+    /// [`finish_attempt`](RetryRun::finish_attempt) with [`Outcome::Success`], which always
+    /// stops with [`StopReason::Succeeded`], for callers that know the outcome already.
+    #[inline]
+    pub fn succeeded(&mut self) {
+        self.release_retry();
+        self.budget.record_success(self.paid_by);
     }
 
     #[cold]
