@@ -20,12 +20,18 @@
 //! balance is short (the common case in an outage); otherwise it subtracts and sums again,
 //! refunding if a concurrent withdrawal got there first, so withdrawals never overspend. Time
 //! comes from [`CoarseMillis`], two relaxed loads on the system clock.
+//!
+//! Deposits are batched per thread (see the `local` module): a deposit is a thread-local
+//! increment, and the shared window is written once per 32 requests per thread. Deposits still
+//! in other threads' batches are not visible yet, which can only make the budget stricter.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{BudgetExhausted, InvalidBudget, RetryBudget, Withdrawal};
 use crate::clock::{Clock, CoarseMillis};
+
+mod local;
 
 const SLOTS: usize = 10;
 /// One retry, in budget units (milli-retries).
@@ -64,7 +70,9 @@ const SAFE_ADD_LIMIT: u64 = 1 << (BALANCE_BITS - 2);
 #[derive(Debug)]
 pub struct RatioBudget {
     slots: [AtomicU64; SLOTS],
-    slot_millis: u64,
+    /// ⌈2^64 / slot width in ms⌉: `millis / width` as a multiply, exact below 2^40 ms.
+    slot_reciprocal: u64,
+    id: u64,
     deposit: i64,
     reserve: i64,
     millis: CoarseMillis,
@@ -90,7 +98,8 @@ impl RatioBudget {
             (u128::from(min_retries_per_sec) * u128::from(ttl_millis)).div_ceil(1000);
         Ok(RatioBudget {
             slots: std::array::from_fn(|_| AtomicU64::new(pack(0, 0))),
-            slot_millis: (ttl_millis / SLOTS as u64).max(1),
+            slot_reciprocal: u64::MAX / (ttl_millis / SLOTS as u64).max(1) + 1,
+            id: local::next_budget_id(),
             deposit: (retry_percent * RETRY_UNITS as f64).round() as i64,
             reserve: i64::try_from(reserve_retries)
                 .unwrap_or(i64::MAX / RETRY_UNITS)
@@ -108,12 +117,26 @@ impl RatioBudget {
     /// How many retries the budget would allow right now (reserve included).
     pub fn available(&self) -> f64 {
         let epoch = self.epoch();
-        (self.live_balance(epoch) + self.reserve) as f64 / RETRY_UNITS as f64
+        self.balance(epoch) as f64 / RETRY_UNITS as f64
     }
 
     #[inline]
     fn epoch(&self) -> u64 {
-        (self.millis.now() / self.slot_millis) & EPOCH_MASK
+        let millis = u128::from(self.millis.now());
+        ((millis * u128::from(self.slot_reciprocal)) >> 64) as u64 & EPOCH_MASK
+    }
+
+    /// What a withdrawal in `epoch` may spend: the live window, this thread's batch and the
+    /// reserve.
+    #[inline]
+    fn balance(&self, epoch: u64) -> i64 {
+        let own_batch = match local::pending(self.id) {
+            Some((batch_epoch, count)) if is_live(epoch, batch_epoch) => {
+                i64::from(count) * self.deposit
+            }
+            _ => 0,
+        };
+        self.live_balance(epoch) + own_batch + self.reserve
     }
 
     #[inline]
@@ -121,6 +144,10 @@ impl RatioBudget {
         let slot = &self.slots[(epoch % SLOTS as u64) as usize];
         let mut current = slot.load(Ordering::Relaxed);
         let (slot_epoch, balance) = unpack(current);
+        if is_newer(slot_epoch, epoch) {
+            // A late flush for a period whose slot has moved on: it has expired.
+            return;
+        }
         if slot_epoch == epoch && balance.unsigned_abs() < SAFE_ADD_LIMIT {
             // The balance is far from the field's limits, so a wrapping add of a small delta
             // stays inside the balance bits. (Were the slot rotated between the load and the
@@ -146,7 +173,7 @@ impl RatioBudget {
         self.slots
             .iter()
             .map(|slot| unpack(slot.load(Ordering::Acquire)))
-            .filter(|&(slot_epoch, _)| epoch.wrapping_sub(slot_epoch) & EPOCH_MASK < SLOTS as u64)
+            .filter(|&(slot_epoch, _)| is_live(epoch, slot_epoch))
             .map(|(_, balance)| balance)
             .sum()
     }
@@ -155,8 +182,14 @@ impl RatioBudget {
 impl RetryBudget for RatioBudget {
     #[inline]
     fn request_started(&self) {
-        if self.deposit > 0 {
-            self.add(self.epoch(), self.deposit);
+        if self.deposit == 0 {
+            return;
+        }
+        let epoch = self.epoch();
+        if let Some(flush) = local::deposit(self.id, epoch) {
+            if is_live(epoch, flush.epoch) {
+                self.add(flush.epoch, i64::from(flush.count) * self.deposit);
+            }
         }
     }
 
@@ -165,11 +198,11 @@ impl RetryBudget for RatioBudget {
             kind: "ratio budget",
         };
         let epoch = self.epoch();
-        if self.live_balance(epoch) + self.reserve < RETRY_UNITS {
+        if self.balance(epoch) < RETRY_UNITS {
             return Err(REFUSED);
         }
         self.add(epoch, -RETRY_UNITS);
-        if self.live_balance(epoch) + self.reserve < 0 {
+        if self.balance(epoch) < 0 {
             self.add(epoch, RETRY_UNITS);
             return Err(REFUSED);
         }
@@ -181,6 +214,19 @@ impl RetryBudget for RatioBudget {
 
     #[inline]
     fn record_failure(&self) {}
+}
+
+/// Whether a slot of `slot_epoch` still counts in `epoch`'s window.
+#[inline]
+fn is_live(epoch: u64, slot_epoch: u64) -> bool {
+    epoch.wrapping_sub(slot_epoch) & EPOCH_MASK < SLOTS as u64
+}
+
+/// Whether `slot_epoch` is later than `epoch` (within half the epoch range).
+#[inline]
+fn is_newer(slot_epoch: u64, epoch: u64) -> bool {
+    let ahead = slot_epoch.wrapping_sub(epoch) & EPOCH_MASK;
+    ahead != 0 && ahead < EPOCH_MASK / 2
 }
 
 /// Clamps a balance to what the packed field holds.
@@ -214,6 +260,37 @@ mod tests {
         (0..max)
             .filter(|_| b.withdraw(Withdrawal::Retry).is_ok())
             .count()
+    }
+
+    #[test]
+    fn reciprocal_epoch_matches_division() {
+        for width in [100u64, 101, 333, 999, 1000, 4096, 6000] {
+            let reciprocal = u64::MAX / width + 1;
+            let mut millis = vec![0, 1, width - 1, width, width + 1, (1 << 40) - 1];
+            millis.extend((1..5000).map(|k| k * width - 1));
+            millis.extend((1..5000).map(|k| k * 7919 % (1 << 40)));
+            for m in millis {
+                let fast = ((u128::from(m) * u128::from(reciprocal)) >> 64) as u64;
+                assert_eq!(fast, m / width, "{m} / {width}");
+            }
+        }
+    }
+
+    #[test]
+    fn other_threads_batches_only_make_the_budget_stricter() {
+        let (b, _) = budget(1.0, 0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..(2 * local::DEPOSIT_BATCH + 5) {
+                    b.request_started();
+                }
+            });
+        });
+        // The other thread flushed two full batches; its last 5 deposits are not visible.
+        assert_eq!(b.available(), f64::from(2 * local::DEPOSIT_BATCH));
+        // This thread's own batch is visible to itself at once.
+        b.request_started();
+        assert_eq!(b.available(), f64::from(2 * local::DEPOSIT_BATCH + 1));
     }
 
     #[test]
