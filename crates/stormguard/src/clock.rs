@@ -21,8 +21,8 @@
 //! (`stormguard-clock`, started on first use, like `quanta`'s upkeep thread) refreshes every
 //! millisecond.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Once, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A source of monotonic time, cheap to clone and share.
@@ -175,7 +175,7 @@ impl Default for ManualClock {
 /// A cheap millisecond counter on a [`Clock`], zero when created: the time base of windows
 /// measured in hundreds of milliseconds (ratio budgets, breaker windows).
 ///
-/// On the system clock a reading is two relaxed atomic loads (see [coarse
+/// On the system clock a reading is one relaxed atomic load (see [coarse
 /// readings](self#coarse-readings)); on other clocks it is a precise reading.
 ///
 /// # Example
@@ -193,29 +193,30 @@ impl Default for ManualClock {
 pub struct CoarseMillis {
     clock: Clock,
     origin: Instant,
-    system_base: u64,
+    /// For the system clock with its upkeep thread running: the coarse reading at creation.
+    upkept_base: Option<u64>,
 }
 
 impl CoarseMillis {
     /// A counter starting at zero now.
     pub fn new(clock: Clock) -> Self {
-        let system_base = match clock.source {
-            Source::System => coarse_system_millis(),
-            _ => 0,
+        let upkept_base = match clock.source {
+            Source::System => coarse_upkeep_running().then(coarse_millis),
+            _ => None,
         };
         CoarseMillis {
             origin: clock.now(),
             clock,
-            system_base,
+            upkept_base,
         }
     }
 
     /// Milliseconds since this counter was created (saturating, never decreasing).
     #[inline]
     pub fn now(&self) -> u64 {
-        match &self.clock.source {
-            Source::System => coarse_system_millis().saturating_sub(self.system_base),
-            _ => u64::try_from(
+        match self.upkept_base {
+            Some(base) => coarse_millis().saturating_sub(base),
+            None => u64::try_from(
                 self.clock
                     .now()
                     .saturating_duration_since(self.origin)
@@ -231,45 +232,42 @@ impl CoarseMillis {
     }
 }
 
-/// Process-wide coarse time: milliseconds since `COARSE_ORIGIN`, refreshed by one thread.
+/// Process-wide coarse time: milliseconds since `COARSE_ORIGIN`, refreshed every millisecond
+/// by the `stormguard-clock` thread.
 static COARSE_ORIGIN: OnceLock<Instant> = OnceLock::new();
 static COARSE_MILLIS: AtomicU64 = AtomicU64::new(0);
-static COARSE_UPKEEP: Once = Once::new();
-/// Set when the upkeep thread could not be started: every reading then refreshes the value.
-static COARSE_SELF_SERVICE: AtomicBool = AtomicBool::new(false);
+static COARSE_UPKEEP: OnceLock<bool> = OnceLock::new();
 const COARSE_TICK: Duration = Duration::from_millis(1);
 
 fn coarse_system_now() -> Instant {
-    let millis = coarse_system_millis();
-    *COARSE_ORIGIN.get_or_init(Instant::now) + Duration::from_millis(millis)
+    if coarse_upkeep_running() {
+        *COARSE_ORIGIN.get_or_init(Instant::now) + Duration::from_millis(coarse_millis())
+    } else {
+        Instant::now()
+    }
 }
 
 #[inline]
-fn coarse_system_millis() -> u64 {
-    if !COARSE_UPKEEP.is_completed() || COARSE_SELF_SERVICE.load(Ordering::Relaxed) {
-        start_or_refresh_coarse();
-    }
+fn coarse_millis() -> u64 {
     COARSE_MILLIS.load(Ordering::Relaxed)
 }
 
-#[cold]
-fn start_or_refresh_coarse() {
-    let origin = *COARSE_ORIGIN.get_or_init(Instant::now);
-    COARSE_UPKEEP.call_once(|| {
+/// Starts the upkeep thread on first use; false if it could not be started (readings then
+/// fall back to the precise clock).
+fn coarse_upkeep_running() -> bool {
+    *COARSE_UPKEEP.get_or_init(|| {
+        let origin = *COARSE_ORIGIN.get_or_init(Instant::now);
         refresh_coarse(origin);
-        let spawned = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("stormguard-clock".into())
             .spawn(move || {
                 loop {
                     std::thread::sleep(COARSE_TICK);
                     refresh_coarse(origin);
                 }
-            });
-        COARSE_SELF_SERVICE.store(spawned.is_err(), Ordering::Relaxed);
-    });
-    if COARSE_SELF_SERVICE.load(Ordering::Relaxed) {
-        refresh_coarse(origin);
-    }
+            })
+            .is_ok()
+    })
 }
 
 fn refresh_coarse(origin: Instant) {

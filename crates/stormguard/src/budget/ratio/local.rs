@@ -30,13 +30,13 @@ pub(super) fn next_budget_id() -> u64 {
 struct Batch {
     /// 0 marks an empty entry.
     budget: u64,
-    epoch: u64,
+    period: u64,
     count: u32,
 }
 
 const EMPTY: Batch = Batch {
     budget: 0,
-    epoch: 0,
+    period: 0,
     count: 0,
 };
 
@@ -44,17 +44,17 @@ thread_local! {
     static BATCHES: RefCell<[Batch; ENTRIES]> = const { RefCell::new([EMPTY; ENTRIES]) };
 }
 
-/// A batch that must now be added to the shared window: `count` deposits made in `epoch`.
+/// A batch that must now be added to the shared window: `count` deposits made in `period`.
 pub(super) struct Flush {
-    pub(super) epoch: u64,
+    pub(super) period: u64,
     pub(super) count: u32,
 }
 
-/// Counts one deposit of `budget` in `epoch`; returns what to add to the shared window now,
+/// Counts one deposit of `budget` in `period`; returns what to add to the shared window now,
 /// if anything. Without thread-local storage (a thread being torn down) the deposit is
 /// flushed at once.
 #[inline]
-pub(super) fn deposit(budget: u64, epoch: u64) -> Option<Flush> {
+pub(super) fn deposit(budget: u64, period: u64) -> Option<Flush> {
     BATCHES
         .try_with(|batches| {
             let mut batches = batches.borrow_mut();
@@ -67,19 +67,19 @@ pub(super) fn deposit(budget: u64, epoch: u64) -> Option<Flush> {
                     .unwrap_or(budget as usize % ENTRIES);
                 batches[slot] = Batch {
                     budget,
-                    epoch,
+                    period,
                     count: 1,
                 };
                 return None;
             };
-            if batch.epoch != epoch {
+            if batch.period != period {
                 let stale = Flush {
-                    epoch: batch.epoch,
+                    period: batch.period,
                     count: batch.count,
                 };
                 *batch = Batch {
                     budget,
-                    epoch,
+                    period,
                     count: 1,
                 };
                 return Some(stale);
@@ -87,17 +87,17 @@ pub(super) fn deposit(budget: u64, epoch: u64) -> Option<Flush> {
             batch.count += 1;
             (batch.count >= DEPOSIT_BATCH).then(|| {
                 let full = Flush {
-                    epoch,
+                    period,
                     count: batch.count,
                 };
                 batch.count = 0;
                 full
             })
         })
-        .unwrap_or(Some(Flush { epoch, count: 1 }))
+        .unwrap_or(Some(Flush { period, count: 1 }))
 }
 
-/// This thread's deposits for `budget` not yet in the shared window, with their epoch.
+/// This thread's deposits for `budget` not yet in the shared window, with their period.
 #[inline]
 pub(super) fn pending(budget: u64) -> Option<(u64, u32)> {
     BATCHES
@@ -106,7 +106,7 @@ pub(super) fn pending(budget: u64) -> Option<(u64, u32)> {
                 .borrow()
                 .iter()
                 .find(|b| b.budget == budget && b.count > 0)
-                .map(|b| (b.epoch, b.count))
+                .map(|b| (b.period, b.count))
         })
         .ok()
         .flatten()

@@ -13,19 +13,22 @@
 //!
 //! # The window
 //!
-//! The ttl is split into ten slots. Each slot is one `AtomicU64` packing the slot's epoch
-//! (which slot-width period it belongs to) with its balance, so rotating a stale slot and
-//! adding to it are one compare-and-swap, and a deposit into the current slot is one
-//! `fetch_add`. A withdrawal first sums the live slots and refuses without writing when the
-//! balance is short (the common case in an outage); otherwise it subtracts and sums again,
-//! refunding if a concurrent withdrawal got there first, so withdrawals never overspend. Time
-//! comes from [`CoarseMillis`], two relaxed loads on the system clock.
+//! The ttl is split into ten slots of one period each, plus a running total of the live
+//! slots. A decision reads the total — one load — instead of summing the slots. When the clock
+//! enters a new period, the first caller to notice advances the window and sweeps the expired
+//! slots out of the total. A withdrawal subtracts from the total first and refunds if that
+//! left it below zero, so concurrent withdrawals cannot overspend. Time comes from
+//! [`CoarseMillis`], one relaxed load on the system clock.
 //!
 //! Deposits are batched per thread (see the `local` module): a deposit is a thread-local
 //! increment, and the shared window is written once per 32 requests per thread. Deposits still
 //! in other threads' batches are not visible yet, which can only make the budget stricter.
+//!
+//! At a period boundary a deposit or withdrawal racing the sweep may be counted in the next
+//! period (it then expires one period late) or dropped; the window stays consistent, and the
+//! error is at most one batch per thread.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{BudgetExhausted, InvalidBudget, RetryBudget, Withdrawal};
@@ -33,16 +36,9 @@ use crate::clock::{Clock, CoarseMillis};
 
 mod local;
 
-const SLOTS: usize = 10;
+const SLOTS: u64 = 10;
 /// One retry, in budget units (milli-retries).
 const RETRY_UNITS: i64 = 1_000;
-
-const BALANCE_BITS: u32 = 40;
-const BALANCE_BIAS: i64 = 1 << (BALANCE_BITS - 1);
-const BALANCE_MASK: u64 = (1 << BALANCE_BITS) - 1;
-const EPOCH_MASK: u64 = (1 << (64 - BALANCE_BITS)) - 1;
-/// Below this magnitude a balance can take any single deposit or withdrawal with `fetch_add`.
-const SAFE_ADD_LIMIT: u64 = 1 << (BALANCE_BITS - 2);
 
 /// A retry budget over a sliding time window, shared by every caller of one downstream.
 ///
@@ -69,13 +65,25 @@ const SAFE_ADD_LIMIT: u64 = 1 << (BALANCE_BITS - 2);
 /// ```
 #[derive(Debug)]
 pub struct RatioBudget {
-    slots: [AtomicU64; SLOTS],
-    /// ⌈2^64 / slot width in ms⌉: `millis / width` as a multiply, exact below 2^40 ms.
-    slot_reciprocal: u64,
+    window: Window,
+    /// ⌈2^64 / period in ms⌉: `millis / period` as a multiply, exact below 2^40 ms.
+    period_reciprocal: u64,
     id: u64,
     deposit: i64,
     reserve: i64,
     millis: CoarseMillis,
+}
+
+/// The shared state, on its own cache lines.
+#[derive(Debug)]
+#[repr(align(64))]
+struct Window {
+    /// Sum of `slots`.
+    total: AtomicI64,
+    /// The latest period the window has been advanced to.
+    period: AtomicU64,
+    /// Balance of period `p` at index `p % SLOTS`, for the last `SLOTS` periods.
+    slots: [AtomicI64; SLOTS as usize],
 }
 
 impl RatioBudget {
@@ -97,8 +105,12 @@ impl RatioBudget {
         let reserve_retries =
             (u128::from(min_retries_per_sec) * u128::from(ttl_millis)).div_ceil(1000);
         Ok(RatioBudget {
-            slots: std::array::from_fn(|_| AtomicU64::new(pack(0, 0))),
-            slot_reciprocal: u64::MAX / (ttl_millis / SLOTS as u64).max(1) + 1,
+            window: Window {
+                total: AtomicI64::new(0),
+                period: AtomicU64::new(0),
+                slots: std::array::from_fn(|_| AtomicI64::new(0)),
+            },
+            period_reciprocal: u64::MAX / (ttl_millis / SLOTS).max(1) + 1,
             id: local::next_budget_id(),
             deposit: (retry_percent * RETRY_UNITS as f64).round() as i64,
             reserve: i64::try_from(reserve_retries)
@@ -116,67 +128,75 @@ impl RatioBudget {
 
     /// How many retries the budget would allow right now (reserve included).
     pub fn available(&self) -> f64 {
-        let epoch = self.epoch();
-        self.balance(epoch) as f64 / RETRY_UNITS as f64
+        let period = self.current_period();
+        self.balance(period, self.window.total.load(Ordering::Acquire)) as f64 / RETRY_UNITS as f64
     }
 
+    /// The current period, with the window advanced to it.
     #[inline]
-    fn epoch(&self) -> u64 {
+    fn current_period(&self) -> u64 {
         let millis = u128::from(self.millis.now());
-        ((millis * u128::from(self.slot_reciprocal)) >> 64) as u64 & EPOCH_MASK
+        let period = ((millis * u128::from(self.period_reciprocal)) >> 64) as u64;
+        if period > self.window.period.load(Ordering::Acquire) {
+            self.advance(period);
+        }
+        period
     }
 
-    /// What a withdrawal in `epoch` may spend: the live window, this thread's batch and the
-    /// reserve.
+    /// Moves the window to `to`, sweeping the periods that left it out of the total.
+    #[cold]
+    fn advance(&self, to: u64) {
+        let mut seen = self.window.period.load(Ordering::Acquire);
+        while seen < to {
+            match self.window.period.compare_exchange_weak(
+                seen,
+                to,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    // Periods seen+1..=to reuse the slots of the periods that expired.
+                    let first = to - (to - seen).min(SLOTS) + 1;
+                    for period in first..=to {
+                        let expired = self.slot(period).swap(0, Ordering::AcqRel);
+                        if expired != 0 {
+                            self.window.total.fetch_sub(expired, Ordering::AcqRel);
+                        }
+                    }
+                    return;
+                }
+                Err(now) => seen = now,
+            }
+        }
+    }
+
+    fn slot(&self, period: u64) -> &AtomicI64 {
+        &self.window.slots[(period % SLOTS) as usize]
+    }
+
+    fn add(&self, period: u64, delta: i64) {
+        self.slot(period).fetch_add(delta, Ordering::AcqRel);
+        self.window.total.fetch_add(delta, Ordering::AcqRel);
+    }
+
+    /// What a withdrawal may spend given the window's `total`: that, this thread's unflushed
+    /// deposits and the reserve.
     #[inline]
-    fn balance(&self, epoch: u64) -> i64 {
+    fn balance(&self, period: u64, total: i64) -> i64 {
         let own_batch = match local::pending(self.id) {
-            Some((batch_epoch, count)) if is_live(epoch, batch_epoch) => {
+            Some((batch_period, count)) if is_live(period, batch_period) => {
                 i64::from(count) * self.deposit
             }
             _ => 0,
         };
-        self.live_balance(epoch) + own_batch + self.reserve
+        total + own_batch + self.reserve
     }
+}
 
-    #[inline]
-    fn add(&self, epoch: u64, delta: i64) {
-        let slot = &self.slots[(epoch % SLOTS as u64) as usize];
-        let mut current = slot.load(Ordering::Relaxed);
-        let (slot_epoch, balance) = unpack(current);
-        if is_newer(slot_epoch, epoch) {
-            // A late flush for a period whose slot has moved on: it has expired.
-            return;
-        }
-        if slot_epoch == epoch && balance.unsigned_abs() < SAFE_ADD_LIMIT {
-            // The balance is far from the field's limits, so a wrapping add of a small delta
-            // stays inside the balance bits. (Were the slot rotated between the load and the
-            // add, which takes a whole ttl, the delta would count in the new period.)
-            slot.fetch_add(delta as u64, Ordering::AcqRel);
-            return;
-        }
-        loop {
-            let (slot_epoch, balance) = unpack(current);
-            let next = if slot_epoch == epoch {
-                pack(epoch, balance.saturating_add(delta))
-            } else {
-                pack(epoch, delta)
-            };
-            match slot.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(seen) => current = seen,
-            }
-        }
-    }
-
-    fn live_balance(&self, epoch: u64) -> i64 {
-        self.slots
-            .iter()
-            .map(|slot| unpack(slot.load(Ordering::Acquire)))
-            .filter(|&(slot_epoch, _)| is_live(epoch, slot_epoch))
-            .map(|(_, balance)| balance)
-            .sum()
-    }
+/// Whether deposits made in `earlier` still count in `period`'s window.
+#[inline]
+fn is_live(period: u64, earlier: u64) -> bool {
+    period.checked_sub(earlier).is_some_and(|age| age < SLOTS)
 }
 
 impl RetryBudget for RatioBudget {
@@ -185,10 +205,10 @@ impl RetryBudget for RatioBudget {
         if self.deposit == 0 {
             return;
         }
-        let epoch = self.epoch();
-        if let Some(flush) = local::deposit(self.id, epoch) {
-            if is_live(epoch, flush.epoch) {
-                self.add(flush.epoch, i64::from(flush.count) * self.deposit);
+        let period = self.current_period();
+        if let Some(flush) = local::deposit(self.id, period) {
+            if is_live(period, flush.period) {
+                self.add(flush.period, i64::from(flush.count) * self.deposit);
             }
         }
     }
@@ -197,15 +217,17 @@ impl RetryBudget for RatioBudget {
         const REFUSED: BudgetExhausted = BudgetExhausted {
             kind: "ratio budget",
         };
-        let epoch = self.epoch();
-        if self.balance(epoch) < RETRY_UNITS {
+        let period = self.current_period();
+        let total = &self.window.total;
+        if self.balance(period, total.load(Ordering::Acquire)) < RETRY_UNITS {
             return Err(REFUSED);
         }
-        self.add(epoch, -RETRY_UNITS);
-        if self.balance(epoch) < 0 {
-            self.add(epoch, RETRY_UNITS);
+        let before = total.fetch_sub(RETRY_UNITS, Ordering::AcqRel);
+        if self.balance(period, before) < RETRY_UNITS {
+            total.fetch_add(RETRY_UNITS, Ordering::AcqRel);
             return Err(REFUSED);
         }
+        self.slot(period).fetch_sub(RETRY_UNITS, Ordering::AcqRel);
         Ok(())
     }
 
@@ -214,34 +236,6 @@ impl RetryBudget for RatioBudget {
 
     #[inline]
     fn record_failure(&self) {}
-}
-
-/// Whether a slot of `slot_epoch` still counts in `epoch`'s window.
-#[inline]
-fn is_live(epoch: u64, slot_epoch: u64) -> bool {
-    epoch.wrapping_sub(slot_epoch) & EPOCH_MASK < SLOTS as u64
-}
-
-/// Whether `slot_epoch` is later than `epoch` (within half the epoch range).
-#[inline]
-fn is_newer(slot_epoch: u64, epoch: u64) -> bool {
-    let ahead = slot_epoch.wrapping_sub(epoch) & EPOCH_MASK;
-    ahead != 0 && ahead < EPOCH_MASK / 2
-}
-
-/// Clamps a balance to what the packed field holds.
-fn clamp_balance(balance: i64) -> i64 {
-    balance.clamp(-BALANCE_BIAS, BALANCE_BIAS - 1)
-}
-
-fn pack(epoch: u64, balance: i64) -> u64 {
-    let biased = (clamp_balance(balance) + BALANCE_BIAS) as u64;
-    ((epoch & EPOCH_MASK) << BALANCE_BITS) | (biased & BALANCE_MASK)
-}
-
-fn unpack(word: u64) -> (u64, i64) {
-    let biased = (word & BALANCE_MASK) as i64;
-    (word >> BALANCE_BITS, biased - BALANCE_BIAS)
 }
 
 #[cfg(test)]
@@ -294,11 +288,18 @@ mod tests {
     }
 
     #[test]
-    fn pack_round_trips_extremes() {
-        for balance in [0, 1, -1, BALANCE_BIAS - 1, -BALANCE_BIAS] {
-            assert_eq!(unpack(pack(EPOCH_MASK, balance)), (EPOCH_MASK, balance));
+    fn a_long_silence_sweeps_the_whole_window() {
+        let (b, clock) = budget(1.0, 0);
+        for _ in 0..64 {
+            b.request_started();
         }
-        assert_eq!(unpack(pack(3, i64::MAX)), (3, BALANCE_BIAS - 1));
+        clock.advance(Duration::from_secs(3));
+        assert_eq!(retries_allowed(&b, 10), 10);
+        // Hours later every slot is stale, however many periods were skipped.
+        clock.advance(Duration::from_secs(3 * 3600));
+        assert_eq!(b.available(), 0.0);
+        b.request_started();
+        assert_eq!(b.available(), 1.0);
     }
 
     #[test]
