@@ -131,6 +131,7 @@ impl TokenBucket {
         self.milli_tokens() as f64 / MILLI as f64
     }
 
+    #[inline]
     fn cost(&self, kind: Withdrawal) -> u64 {
         match kind {
             Withdrawal::TimeoutRetry => self.spec.timeout_retry_cost,
@@ -138,6 +139,7 @@ impl TokenBucket {
         }
     }
 
+    #[inline]
     fn add(&self, amount: u64) {
         let max = self.spec.max;
         let mut current = self.balance.load(Ordering::Relaxed);
@@ -158,6 +160,7 @@ impl TokenBucket {
 }
 
 impl RetryBudget for TokenBucket {
+    #[inline]
     fn withdraw(&self, kind: Withdrawal) -> Result<(), BudgetExhausted> {
         let cost = self.cost(kind);
         let required = self.spec.min_balance.max(cost);
@@ -194,6 +197,7 @@ impl RetryBudget for TokenBucket {
         }
     }
 
+    #[inline]
     fn record_failure(&self) {
         let cost = self.spec.failure_cost;
         if cost == 0 {

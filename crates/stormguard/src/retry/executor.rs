@@ -272,6 +272,17 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource> Retrier<B, O, R> {
                 None => {
                     let result = op(attempt).await;
                     let outcome = classifier.classify(&result);
+                    if outcome.is_success() {
+                        self.observer
+                            .attempt_ended(number, &AttemptOutcome::from(outcome));
+                        run.succeeded();
+                        cancelled.armed = false;
+                        return finish(
+                            result.map_err(Failure::Error),
+                            number,
+                            StopReason::Succeeded,
+                        );
+                    }
                     (
                         result.map_err(Failure::Error),
                         AttemptOutcome::from(outcome),
