@@ -478,6 +478,7 @@ impl FieldPath {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const GOOD: &str = r#"
         [endpoints."POST /pay"]
@@ -636,5 +637,50 @@ mod tests {
             .build(Clock::system())
             .is_err()
         );
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,300}") {
+            let _ = PolicyFile::from_toml(&text).map(|f| f.validate());
+            let _ = PolicyFile::from_json(&text).map(|f| f.validate());
+        }
+
+        #[test]
+        fn arbitrary_values_are_accepted_or_named(
+            max_attempts in any::<u32>(),
+            max_tokens in any::<u32>(),
+            token_ratio in prop_oneof![any::<f64>(), 0.0f64..2.0],
+            base_ms in any::<u32>(),
+            cap_ms in any::<u32>(),
+            multiplier in prop_oneof![any::<f64>(), 0.5f64..4.0],
+        ) {
+            let file = PolicyFile {
+                endpoints: BTreeMap::from([(
+                    "e".to_owned(),
+                    EndpointConfig {
+                        retry: RetryConfig { max_attempts, min_call: Duration::ZERO },
+                        backoff: BackoffConfig {
+                            base: Duration::from_millis(u64::from(base_ms)),
+                            cap: Duration::from_millis(u64::from(cap_ms)),
+                            multiplier,
+                            ..BackoffConfig::default()
+                        },
+                        budget: Some(BudgetConfig::Grpc { max_tokens, token_ratio }),
+                        ..EndpointConfig::default()
+                    },
+                )]),
+            };
+            match file.validate() {
+                Ok(policies) => {
+                    let budget = policies["e"].budget.expect("configured");
+                    prop_assert!(budget.build(Clock::system()).is_ok());
+                }
+                Err(ConfigError::Invalid { field, .. }) => {
+                    prop_assert!(field.starts_with("endpoints.\"e\"."), "{field}");
+                }
+                Err(other) => prop_assert!(false, "unexpected {other:?}"),
+            }
+        }
     }
 }
