@@ -89,6 +89,21 @@ where
     })
 }
 
+/// Runs `iters` sequential `ready` + `call`s of a tower service inside one polled future.
+fn service_calls<S>(mut svc: S, iters: u64) -> Duration
+where
+    S: Service<u64, Response = u64, Error = Fail>,
+{
+    poll_once(async {
+        let start = Instant::now();
+        for i in 0..iters {
+            let ready = svc.ready().await.expect("ready");
+            black_box(ready.call(i).await.unwrap_or(0));
+        }
+        start.elapsed()
+    })
+}
+
 fn success_path(c: &mut Criterion) {
     let mut group = c.benchmark_group("success_path");
 
@@ -164,17 +179,7 @@ fn success_path(c: &mut Criterion) {
 
     let tower_retry = tower::retry::Retry::new(NeverRetry, tower::service_fn(op));
     group.bench_function("tower_retry_never_retry_policy", |b| {
-        b.iter_custom(|iters| {
-            let mut svc = tower_retry.clone();
-            poll_once(async {
-                let start = Instant::now();
-                for i in 0..iters {
-                    let ready = svc.ready().await.expect("ready");
-                    black_box(ready.call(i).await.unwrap_or(0));
-                }
-                start.elapsed()
-            })
-        })
+        b.iter_custom(|iters| service_calls(tower_retry.clone(), iters))
     });
 
     let resilience = tower::Layer::layer(
@@ -185,17 +190,7 @@ fn success_path(c: &mut Criterion) {
         tower::service_fn(op),
     );
     group.bench_function("tower_resilience_retry_layer", |b| {
-        b.iter_custom(|iters| {
-            let mut svc = resilience.clone();
-            poll_once(async {
-                let start = Instant::now();
-                for i in 0..iters {
-                    let ready = svc.ready().await.expect("ready");
-                    black_box(ready.call(i).await.unwrap_or(0));
-                }
-                start.elapsed()
-            })
-        })
+        b.iter_custom(|iters| service_calls(resilience.clone(), iters))
     });
     group.finish();
 }
