@@ -256,6 +256,8 @@ impl Backoff {
         let grown = match self.growth {
             Growth::Fixed => self.base,
             Growth::Linear => self.base.saturating_mul(n),
+            // Doubling, the common case, stays in integers: exact and cheaper.
+            Growth::Exponential { multiplier: 2.0 } => doubled(self.base, n - 1),
             Growth::Exponential { multiplier } => scale(
                 self.base,
                 multiplier.powi(i32::try_from(n - 1).unwrap_or(i32::MAX)),
@@ -293,6 +295,22 @@ impl Backoff {
                 (self.base + uniform_below(span, rng)).min(self.cap)
             }
         }
+    }
+}
+
+/// `d · 2^times`, exactly, saturating at `Duration::MAX`.
+fn doubled(d: Duration, times: u32) -> Duration {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return Duration::ZERO;
+    }
+    if times >= nanos.leading_zeros() {
+        return Duration::MAX;
+    }
+    let grown = nanos << times;
+    match u64::try_from(grown / 1_000_000_000) {
+        Ok(secs) => Duration::new(secs, (grown % 1_000_000_000) as u32),
+        Err(_) => Duration::MAX,
     }
 }
 
@@ -351,6 +369,26 @@ mod tests {
         assert_eq!(
             ceilings(Backoff::exponential(base)),
             vec![base, base * 2, base * 4, base * 8]
+        );
+    }
+
+    #[test]
+    fn doubling_matches_the_general_multiplier_path() {
+        let doubling = Backoff::exponential(3 * MS).with_cap(Duration::MAX);
+        let general = doubling.with_multiplier(2.000_000_1);
+        for n in 1..40 {
+            let (exact, approx) = (doubling.ceiling(n), general.ceiling(n));
+            let diff = exact.abs_diff(approx);
+            assert!(
+                diff <= exact / 100_000,
+                "retry {n}: {exact:?} vs {approx:?}"
+            );
+        }
+        assert_eq!(doubling.ceiling(33), 3 * MS * (1 << 16) * (1 << 16));
+        assert_eq!(
+            doubling.ceiling(200),
+            Duration::MAX,
+            "saturates, never wraps"
         );
     }
 

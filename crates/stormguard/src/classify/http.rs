@@ -45,6 +45,34 @@ pub fn classify_http_status(status: u16, retry_after: Option<Duration>) -> Outco
     }
 }
 
+/// The response header by which a hop says it already retried and gave up
+/// (`X-Retry-Exhausted: true`): the caller must not retry again, or every layer of a call
+/// chain would multiply the load.
+pub const RETRY_EXHAUSTED: &str = "x-retry-exhausted";
+
+/// Classifies a response like [`classify_http_status`], and as [`Outcome::NeverRetry`] when
+/// it failed and its sender says it already retried (`already_retried`: the response carried
+/// [`RETRY_EXHAUSTED`] or a Finagle-style non-retryable nack). Only one layer of a call chain
+/// retries.
+///
+/// ```
+/// use stormguard::classify::{classify_http_response, Outcome};
+///
+/// assert_eq!(classify_http_response(503, None, false), Outcome::Retryable);
+/// assert_eq!(classify_http_response(503, None, true), Outcome::NeverRetry);
+/// assert_eq!(classify_http_response(200, None, true), Outcome::Success);
+/// ```
+pub fn classify_http_response(
+    status: u16,
+    retry_after: Option<Duration>,
+    already_retried: bool,
+) -> Outcome {
+    match classify_http_status(status, retry_after) {
+        outcome if already_retried && outcome.is_failure() => Outcome::NeverRetry,
+        outcome => outcome,
+    }
+}
+
 /// Why a `Retry-After` value was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -51,7 +51,10 @@ use std::time::Duration;
 pub use grpc::{
     GrpcCode, GrpcCodeSet, GrpcStatusError, Pushback, classify_grpc, parse_grpc_pushback,
 };
-pub use http::{RetryAfterError, classify_http_status, parse_retry_after};
+pub use http::{
+    RETRY_EXHAUSTED, RetryAfterError, classify_http_response, classify_http_status,
+    parse_retry_after,
+};
 
 /// What one attempt's result means for retrying.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

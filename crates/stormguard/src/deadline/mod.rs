@@ -126,6 +126,17 @@ impl Deadline {
         self.clock.now() >= self.at
     }
 
+    /// The time left at `now`, for callers that already hold a reading of this deadline's
+    /// clock (a simulator, or a loop checking many deadlines against one reading).
+    pub fn remaining_at(&self, now: Instant) -> Duration {
+        self.at.saturating_duration_since(now)
+    }
+
+    /// Whether the deadline has been reached at `now`.
+    pub fn is_expired_at(&self, now: Instant) -> bool {
+        now >= self.at
+    }
+
     /// The deadline to hand downstream: the remaining time minus what `reserve` keeps for this
     /// hop's own work.
     ///

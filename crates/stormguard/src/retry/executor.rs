@@ -259,10 +259,10 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource> Retrier<B, O, R> {
             let number = run.attempts();
             cancelled.attempts = number;
             self.observer.attempt_started(number);
-            let timeout = self
-                .policy
-                .per_try_timeout()
-                .map(|per_try| call.remaining().map_or(per_try, |r| r.min(per_try)));
+            let timeout = match self.policy.per_try_timeout() {
+                Some(_) => self.policy.attempt_timeout(call.remaining()),
+                None => None,
+            };
             let attempt = Attempt {
                 number,
                 key: call.key.clone(),

@@ -116,6 +116,14 @@ impl RetryPolicy {
         self.per_try_timeout
     }
 
+    /// The time one attempt may take: `min(per_try_timeout, remaining)`, or `None` when no
+    /// per-try timeout is set (the attempt is then bounded only by whoever enforces the
+    /// deadline). `remaining` is the time left before the deadline, if there is one.
+    pub fn attempt_timeout(&self, remaining: Option<Duration>) -> Option<Duration> {
+        self.per_try_timeout
+            .map(|per_try| remaining.map_or(per_try, |left| left.min(per_try)))
+    }
+
     /// The minimum useful call time.
     pub const fn min_call(&self) -> Duration {
         self.min_call
@@ -152,5 +160,15 @@ mod tests {
             Err(InvalidPolicy::Backoff(InvalidBackoff::CapBelowBase { .. }))
         ));
         assert!(RetryPolicy::new(1).validate().is_ok());
+    }
+
+    #[test]
+    fn attempt_timeout_is_the_smaller_of_per_try_and_remaining() {
+        let ms = Duration::from_millis;
+        let policy = RetryPolicy::new(3).with_per_try_timeout(ms(300));
+        assert_eq!(policy.attempt_timeout(None), Some(ms(300)));
+        assert_eq!(policy.attempt_timeout(Some(ms(200))), Some(ms(200)));
+        assert_eq!(policy.attempt_timeout(Some(ms(900))), Some(ms(300)));
+        assert_eq!(RetryPolicy::new(3).attempt_timeout(Some(ms(5))), None);
     }
 }

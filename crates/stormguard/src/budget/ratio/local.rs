@@ -8,9 +8,10 @@
 //! What this costs in accuracy, always on the safe side: deposits still in *another* thread's
 //! batch are not yet visible (at most `DEPOSIT_BATCH − 1` per thread and budget), so a retry
 //! may be refused that an exact count would allow; a thread's own batch is counted in its own
-//! withdrawals, so a single thread sees exact figures. A batch evicted from the table by a
-//! fifth budget, or left behind when a thread exits, is dropped — again fewer deposits, never
-//! more.
+//! withdrawals, so a single thread sees exact figures. A thread batches for its first four
+//! budgets; deposits into any further budget go straight to the shared window (exact, just
+//! not batched). A dropped budget frees its entry on the thread that drops it; a batch left
+//! behind when a thread exits is lost — fewer deposits, never more.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,18 +60,19 @@ pub(super) fn deposit(budget: u64, period: u64) -> Option<Flush> {
         .try_with(|batches| {
             let mut batches = batches.borrow_mut();
             let Some(batch) = batches.iter_mut().find(|b| b.budget == budget) else {
-                // A new budget for this thread: take an empty entry, or drop the batch of the
-                // entry this budget maps to.
-                let slot = batches
-                    .iter()
-                    .position(|b| b.budget == 0)
-                    .unwrap_or(budget as usize % ENTRIES);
-                batches[slot] = Batch {
-                    budget,
-                    period,
-                    count: 1,
+                // A new budget for this thread: take an empty entry, or, with the table full,
+                // deposit straight into the shared window. Nothing is ever dropped.
+                return match batches.iter_mut().find(|b| b.budget == 0) {
+                    Some(empty) => {
+                        *empty = Batch {
+                            budget,
+                            period,
+                            count: 1,
+                        };
+                        None
+                    }
+                    None => Some(Flush { period, count: 1 }),
                 };
-                return None;
             };
             if batch.period != period {
                 let stale = Flush {
@@ -110,4 +112,15 @@ pub(super) fn pending(budget: u64) -> Option<(u64, u32)> {
         })
         .ok()
         .flatten()
+}
+
+/// Frees this thread's entry for `budget` (called when the budget is dropped).
+pub(super) fn forget(budget: u64) {
+    let _ = BATCHES.try_with(|batches| {
+        for batch in batches.borrow_mut().iter_mut() {
+            if batch.budget == budget {
+                *batch = EMPTY;
+            }
+        }
+    });
 }

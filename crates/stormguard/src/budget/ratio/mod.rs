@@ -193,6 +193,12 @@ impl RatioBudget {
     }
 }
 
+impl Drop for RatioBudget {
+    fn drop(&mut self) {
+        local::forget(self.id);
+    }
+}
+
 /// Whether deposits made in `earlier` still count in `period`'s window.
 #[inline]
 fn is_live(period: u64, earlier: u64) -> bool {
@@ -285,6 +291,30 @@ mod tests {
         // This thread's own batch is visible to itself at once.
         b.request_started();
         assert_eq!(b.available(), f64::from(2 * local::DEPOSIT_BATCH + 1));
+    }
+
+    #[test]
+    fn many_budgets_on_one_thread_lose_no_deposit() {
+        let clock = ManualClock::new();
+        let budgets: Vec<_> = (0..7)
+            .map(|_| {
+                RatioBudget::new(1.0, Duration::from_secs(10), 0, clock.clock()).expect("valid")
+            })
+            .collect();
+        for _ in 0..10 {
+            for b in &budgets {
+                b.request_started();
+            }
+        }
+        for b in &budgets {
+            assert_eq!(b.available(), 10.0);
+        }
+        // Budgets dropped on this thread free their entries for new ones.
+        drop(budgets);
+        let fresh =
+            RatioBudget::new(1.0, Duration::from_secs(10), 0, clock.clock()).expect("valid");
+        fresh.request_started();
+        assert_eq!(local::pending(fresh.id).map(|(_, count)| count), Some(1));
     }
 
     #[test]
