@@ -1,0 +1,128 @@
+//! The long help of `stormguard simulate` and its scenarios: one paragraph per scenario
+//! saying what it runs and what its figures mean for choosing a policy, and the JSON schema.
+
+/// `stormguard simulate --help`.
+pub(crate) const SIMULATE: &str = "\
+Simulate retries on a virtual clock, with stormguard's real policy objects.
+
+Every wait comes from the core's Backoff, every retry/stop decision (attempts, deadline,
+budget) from RetryRun::finish_attempt, every budget decision from the core's budgets. Runs
+are deterministic: the same --seed prints the same bytes.
+
+  storm     N clients fail at once and retry R times: total retries, peak per bin, last
+            retry, per backoff strategy. Without jitter the peak stays at N (exponential
+            backoff only moves it later); full jitter cuts it about six-fold.
+  chain     L layers each retrying over a failing service: traffic per layer. Every layer
+            retrying multiplies (27x for 3 layers x 2 retries); retry at one layer only (3x),
+            or budget every layer and pass 'don't retry' up (about 1.1x).
+  budget    success drops from --before to --after: how fast each budget kind shuts retries
+            off (seeds' bucket about 20 ms, gRPC A6 about 11 ms at 1000 req/s and 50 %).
+  overload  a server near capacity, timeouts, retries and a trigger: does goodput come back
+            after the trigger? Unprotected retries keep it stuck (metastable); a budget or
+            jitter + deadline recovers.
+  occ       clients contending on optimistic concurrency: calls and completion time per
+            jitter kind; full jitter needs less than half the calls of plain exponential.
+
+Output: --format table (default) or json; --plot FILE.svg or FILE.png draws the time
+series. JSON is one array of row objects; every row has \"scenario\", \"strategy\" (the
+row's backoff strategy, chain mode, budget kind or protection), \"label\", \"parameters\"
+(the run's flags, durations in seconds) and the row's figures under the names shown in
+each scenario's --help. Exit status: 0 ok, 1 I/O error, 2 bad input.";
+
+/// `stormguard simulate storm --help`.
+pub(crate) const STORM: &str = "\
+N clients fail at t = 0 and each retries R times (retry k waits the strategy's delay:
+fixed base; linear base*k; exponential min(cap, base*2^(k-1)); full jitter uniform[0, t);
+equal jitter t/2 + uniform[0, t/2); decorrelated min(cap, uniform[base, 3*previous))).
+Retries are counted in bins. The defaults reproduce the seeds' table: 1000 clients,
+4 retries, base 1s, cap 30s, 100ms bins.
+
+What the figures mean: fixed and exponential both peak at N retries per bin — every
+client's k-th retry lands in the same instant, exponential only pushes the instants later
+(last retry 15 s instead of 4 s). Only jitter spreads them: full jitter peaks near N/6
+(about 160 of 1000), equal jitter keeps a minimum gap at the price of a higher peak (about
+216), decorrelated spreads from the first retry on (about 73) but runs longest. Choose
+jitter whenever clients can fail together; full jitter unless a minimum gap is required.
+
+JSON keys per row: scenario, strategy, label, parameters, total_retries, peak_per_bin,
+peak_at_s, last_retry_s.";
+
+/// `stormguard simulate chain --help`.
+pub(crate) const CHAIN: &str = "\
+L layers call each other (entry first); the last calls a service that fails each attempt
+with probability --fail-prob (1.0: down). Each layer retries its call up to r times, so
+when the service is down it sees the product of (1 + r_i): 27x for 3 layers x 2 retries,
+64x for 3 x 3, 243x for 5 layers x 3 tries. Modes: every-layer; entry-only (only the entry
+retries: 1 + r); budget (every layer retries within its own ratio budget of
+--budget-percent of requests — each layer adds about 10 % but they compound, about 1.1^L);
+budget-nack (the same, and a layer that gave up after retrying answers 'don't retry', so
+only the lowest layer retries: about 1.1x).
+
+What the figures mean: retry at exactly one layer, and make the others fail fast and say
+so; a per-layer budget bounds each layer, not the chain.
+
+JSON keys per row: scenario, strategy (the mode), label, parameters, requests_per_layer
+(entry first, service last), amplification_per_layer, amplification (service requests per
+entry request), success_rate.";
+
+/// `stormguard simulate budget --help`.
+pub(crate) const BUDGET: &str = "\
+--rate requests per second arrive evenly; each attempt takes --latency and succeeds with
+probability --before until --step-at, then --after. Each request may retry --retries times
+(exponential backoff from --base, full jitter), within the budget under test shared by
+all: none, seeds (a retry spends 1 token, a success refunds --token-ratio, allowed while at
+least 1 token), grpc (gRPC A6: a failure costs 1, allowed above --max-tokens/2), aws (500
+tokens, 5 per retry), ratio (Finagle: --retry-percent of requests over --ttl plus
+--min-retries-per-sec), concurrency (Envoy: --budget-percent of requests in flight).
+Failures are spread evenly by default, as in the seeds' arithmetic (--failures random
+draws them).
+
+What the figures mean: shutoff_ms is how long the downstream is hit with full retries after
+its success rate drops. Token buckets react in tens of milliseconds (seeds' variant about
+20 ms, gRPC about 11 ms at 1000 req/s and 50 %) and then pin retries to what successes pay
+for; the AWS quota lasts about a third of a second; a ratio budget settles near its percent
+of requests; a concurrency budget bounds retries in flight, not a rate.
+
+JSON keys per row: scenario, strategy (the budget kind), label, parameters, shutoff_ms
+(null when nothing was refused), retries_per_s_before, retries_per_s_after,
+retry_share_after, load_after, success_after, refused, retries_per_s (one value per bin).";
+
+/// `stormguard simulate overload --help`.
+pub(crate) const OVERLOAD: &str = "\
+A server serves --capacity requests per second in FIFO order, --slowdown times slower
+while more than that was offered over the last second; --rate requests per second arrive
+evenly; clients time out after --timeout and retry --retries times. A trigger
+(outage: the server drops everything; capacity-drop: capacity x --drop-to; spike: --spike
+extra requests per second) starts at --trigger-at and lasts --trigger-for. Protections,
+printed side by side: none (retry at once); budget (the same within a shared --budget,
+gRPC A6 by default); jitter-deadline (full-jitter backoff from --base, a caller deadline of
+--deadline checked before each retry against backoff + --min-call, and carried to the
+server, which refuses work whose caller has given up); all.
+
+What the figures mean: the defaults are Bronson et al.'s metastable failure — 280 req/s
+against capacity 300, 1 s timeout, one retry, a 10 s outage. Without protection the retries
+keep the offered load near 560 req/s with almost no goodput long after the outage: the
+retries, not the trigger, sustain the overload. A budget stops the retries; a deadline
+stops retries that cannot help and work nobody waits for; either recovers. After a spike
+only the deadline recovers (a budget alone leaves the server working through stale
+queue); with --deadline 2s the jitter row stays stuck: jitter spreads load, it does not
+remove it.
+
+JSON keys per row: scenario, strategy (the protection), label, parameters, goodput_before,
+offered_before, offered_peak, after_window_s, goodput_after, offered_after, latency_after_ms, recovered,
+recovery_s, wasted, expired, series (t_s, offered, goodput, latency_ms per bin).";
+
+/// `stormguard simulate occ --help`.
+pub(crate) const OCC: &str = "\
+Brooker's 'Exponential Backoff And Jitter' set-up: --clients clients start together, each
+updating one shared row once by reading its version and writing conditionally; a write
+whose version is stale fails and the client backs off (base --base, cap --cap) and tries
+again. Every message takes |N(--delay, --delay-sd)|. Averaged over --runs runs.
+
+What the figures mean: calls is the work the contended resource does. Without jitter the
+clients that collided keep colliding: at 100 clients plain exponential backoff needs about
+1850 writes and a minute; full jitter needs less than half the calls (about 875) and
+finishes in about 5 s; equal jitter needs as few calls but finishes later; decorrelated
+needs a few more calls and finishes as fast. Spread retries, do not just delay them.
+
+JSON keys per row: scenario, strategy, label, parameters, clients, calls, completion_ms.";

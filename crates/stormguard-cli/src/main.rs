@@ -1,0 +1,41 @@
+//! `stormguard`: the command line of the stormguard toolkit.
+//!
+//! `stormguard simulate <scenario>` runs one of the simulator's scenarios
+//! ([`stormguard_sim::scenario`]) and prints a table (or JSON), optionally drawing its time
+//! series to an SVG or PNG file. Bad input — a flag clap cannot parse, or a value a scenario
+//! refuses — prints a message naming the flag and exits with status 2; an I/O failure
+//! (writing the plot or stdout) exits with status 1.
+
+mod bar;
+mod cli;
+mod help;
+mod parse;
+mod plot;
+mod render;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match run::run(cli) {
+        Ok(output) => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            if out
+                .write_all(output.as_bytes())
+                .and_then(|()| out.flush())
+                .is_err()
+            {
+                return ExitCode::from(1);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.status())
+        }
+    }
+}

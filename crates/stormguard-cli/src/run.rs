@@ -1,0 +1,120 @@
+//! Runs a parsed command: validate, simulate, render, plot.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::Serialize;
+use stormguard_sim::InvalidParam;
+use stormguard_sim::scenario::{budget, chain, occ, overload, storm};
+
+use crate::bar::Bar;
+use crate::cli::{Cli, Command, Format, Output, Scenario};
+use crate::plot;
+use crate::render;
+
+/// Why a command failed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Bad input: exit status 2.
+    Usage(String),
+    /// Writing output failed: exit status 1.
+    Io(String),
+}
+
+impl Failure {
+    /// The process exit status.
+    pub(crate) fn status(&self) -> u8 {
+        match self {
+            Failure::Usage(_) => 2,
+            Failure::Io(_) => 1,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Usage(m) | Failure::Io(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<InvalidParam> for Failure {
+    fn from(e: InvalidParam) -> Self {
+        Failure::Usage(e.to_string())
+    }
+}
+
+/// Runs `cli` and returns what to print on stdout.
+pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
+    let Command::Simulate { scenario } = cli.command;
+    match scenario {
+        Scenario::Storm(a) => {
+            let cfg = a.config();
+            check_plot(&a.out)?;
+            let r = storm::run(&cfg, &mut Bar::new("storm"))?;
+            finish(&a.out, &r.rows, || render::storm(&r), || plot::storm(&r))
+        }
+        Scenario::Chain(a) => {
+            let cfg = a.config();
+            check_plot(&a.out)?;
+            let r = chain::run(&cfg, &mut Bar::new("chain"))?;
+            finish(&a.out, &r.rows, || render::chain(&r), || plot::chain(&r))
+        }
+        Scenario::Budget(a) => {
+            let cfg = a.config();
+            check_plot(&a.out)?;
+            let r = budget::run(&cfg, &mut Bar::new("budget"))?;
+            finish(&a.out, &r.rows, || render::budget(&r), || plot::budget(&r))
+        }
+        Scenario::Overload(a) => {
+            let cfg = a.config();
+            check_plot(&a.out)?;
+            let r = overload::run(&cfg, &mut Bar::new("overload"))?;
+            finish(
+                &a.out,
+                &r.rows,
+                || render::overload(&r),
+                || plot::overload(&r),
+            )
+        }
+        Scenario::Occ(a) => {
+            let cfg = a.config();
+            check_plot(&a.out)?;
+            let r = occ::run(&cfg, &mut Bar::new("occ"))?;
+            finish(&a.out, &r.rows, || render::occ(&r), || plot::occ(&r))
+        }
+    }
+}
+
+/// Refuses a plot file of an unknown kind before anything runs.
+fn check_plot(out: &Output) -> Result<(), Failure> {
+    match &out.plot {
+        Some(path) => plot::kind_of(path)
+            .map(|_| ())
+            .map_err(|e| Failure::Usage(format!("invalid value for --plot: {e}"))),
+        None => Ok(()),
+    }
+}
+
+/// Draws the plot if asked, and renders the rows as a table or JSON.
+fn finish<R: Serialize>(
+    out: &Output,
+    rows: &[R],
+    table: impl FnOnce() -> String,
+    chart: impl FnOnce() -> plot::Chart,
+) -> Result<String, Failure> {
+    if let Some(path) = &out.plot {
+        draw(&chart(), path)?;
+    }
+    match out.format {
+        Format::Table => Ok(table()),
+        Format::Json => serde_json::to_string_pretty(rows)
+            .map(|s| s + "\n")
+            .map_err(|e| Failure::Io(format!("JSON encoding failed: {e}"))),
+    }
+}
+
+fn draw(chart: &plot::Chart, path: &Path) -> Result<(), Failure> {
+    plot::draw(chart, path).map_err(|e| Failure::Io(format!("--plot {}: {e}", path.display())))
+}
