@@ -195,6 +195,8 @@ pub struct CoarseMillis {
     origin: Instant,
     /// For the system clock with its upkeep thread running: the coarse reading at creation.
     upkept_base: Option<u64>,
+    /// For a manual clock: its elapsed milliseconds at creation.
+    manual_base: u64,
 }
 
 impl CoarseMillis {
@@ -204,16 +206,25 @@ impl CoarseMillis {
             Source::System => coarse_upkeep_running().then(coarse_millis),
             _ => None,
         };
+        let manual_base = match &clock.source {
+            Source::Manual(state) => state.elapsed_nanos.load(Ordering::Acquire) / 1_000_000,
+            _ => 0,
+        };
         CoarseMillis {
             origin: clock.now(),
             clock,
             upkept_base,
+            manual_base,
         }
     }
 
     /// Milliseconds since this counter was created (saturating, never decreasing).
     #[inline]
     pub fn now(&self) -> u64 {
+        if let Source::Manual(state) = &self.clock.source {
+            let millis = state.elapsed_nanos.load(Ordering::Acquire) / 1_000_000;
+            return millis.saturating_sub(self.manual_base);
+        }
         match self.upkept_base {
             Some(base) => coarse_millis().saturating_sub(base),
             None => u64::try_from(
