@@ -1,0 +1,271 @@
+//! Exactly-once side effects behind the idempotency layer: the payment case.
+//!
+//! The layer makes a *request* run once per key, within the lease. The business effect should
+//! be exactly-once on its own as well, because a lease can be taken over from a holder that
+//! was slow rather than dead, and because effects leave the process as messages:
+//!
+//! - [`insert_if_absent`](sqlite::insert_if_absent) (one per database) runs a plain `INSERT`
+//!   inside a savepoint and tells you whether it inserted. A duplicate is recognised by its
+//!   unique-violation error, never by an affected-row count: sqlx connects to MySQL with
+//!   `CLIENT_FOUND_ROWS`, so `INSERT … ON DUPLICATE KEY UPDATE` reports 1 row for a duplicate
+//!   exactly as for a new row. The savepoint keeps the caller's transaction usable after the
+//!   duplicate (PostgreSQL would otherwise abort it).
+//! - The **transactional outbox**: [`enqueue`](sqlite::enqueue) writes the outgoing message
+//!   in the same transaction as the business row, so both or neither exist. A
+//!   [`Relay`](sqlite::Relay) publishes pending messages in id order, at least once, each
+//!   with the stable `event_id` it got at enqueue; a crash between publishing and marking
+//!   means it is published again with the same id.
+//! - **Consumers deduplicate** with [`mark_processed`](sqlite::mark_processed) in the
+//!   transaction that applies the event: `false` means the event was already applied.
+//!
+//! The tables come with the stores' `migrate()` (files under `migrations/`).
+
+use std::future::Future;
+
+use axum::BoxError;
+
+/// One outgoing message of the outbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxMessage {
+    /// The stable id consumers deduplicate by; the same on every publication.
+    pub event_id: String,
+    /// Where it goes (a topic, a queue, a webhook name).
+    pub topic: String,
+    /// The message body.
+    pub payload: Vec<u8>,
+}
+
+impl OutboxMessage {
+    /// A message with a fresh random event id (32 hex digits).
+    pub fn new(topic: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
+        let id: u128 = rand::random();
+        OutboxMessage {
+            event_id: format!("{id:032x}"),
+            topic: topic.into(),
+            payload: payload.into(),
+        }
+    }
+
+    /// A message with a chosen event id (for example derived from the business key, so that
+    /// even enqueueing twice yields one event).
+    pub fn with_event_id(
+        event_id: impl Into<String>,
+        topic: impl Into<String>,
+        payload: impl Into<Vec<u8>>,
+    ) -> Self {
+        OutboxMessage {
+            event_id: event_id.into(),
+            topic: topic.into(),
+            payload: payload.into(),
+        }
+    }
+}
+
+/// Sends outbox messages to the outside world (a broker, a webhook).
+pub trait Publisher: Send + Sync {
+    /// Publishes one message. An error leaves it pending; it is tried again on a later pass.
+    fn publish(&self, message: &OutboxMessage)
+    -> impl Future<Output = Result<(), BoxError>> + Send;
+}
+
+/// What one relay pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RelayReport {
+    /// Messages published and marked.
+    pub published: u64,
+    /// The publisher's error that stopped the pass, if any (the message stays pending, and
+    /// so do the ones after it, to keep order).
+    pub failed: Option<String>,
+}
+
+/// An outbox relay failure in the database (publisher failures are in [`RelayReport`]).
+#[derive(Debug, thiserror::Error)]
+#[error("outbox relay database error: {0}")]
+pub struct RelayError(#[from] pub sqlx::Error);
+
+macro_rules! exactly_once_for {
+    (
+        module: $module:ident,
+        feature: $feature:literal,
+        db: $Db:ty,
+        conn: $Conn:ty,
+        pool: $Pool:ty,
+        enqueue: $enqueue:literal,
+        processed: $processed:literal,
+        pending: $pending:literal,
+        published: $published:literal,
+        attempt: $attempt:literal $(,)?
+    ) => {
+        #[doc = concat!("The exactly-once helpers for ", $feature, ".")]
+        #[cfg(feature = $feature)]
+        pub mod $module {
+            use sqlx::{Connection as _, Row as _};
+
+            use super::{OutboxMessage, Publisher, RelayError, RelayReport};
+            use crate::store::Millis;
+
+            /// Runs `insert` (a plain `INSERT` of one row) in a savepoint: `Ok(true)` if it
+            /// inserted, `Ok(false)` if a unique key already held the row. Any other error is
+            /// returned, and the caller's transaction stays usable either way.
+            pub async fn insert_if_absent<'q>(
+                conn: &mut $Conn,
+                insert: sqlx::query::Query<'q, $Db, <$Db as sqlx::Database>::Arguments<'q>>,
+            ) -> Result<bool, sqlx::Error> {
+                let mut sp = conn.begin().await?;
+                match insert.execute(&mut *sp).await {
+                    Ok(_) => {
+                        sp.commit().await?;
+                        Ok(true)
+                    }
+                    Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                        sp.rollback().await?;
+                        Ok(false)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+
+            /// Writes `message` to the outbox on `conn`: call it inside the transaction that
+            /// writes the business row.
+            pub async fn enqueue(
+                conn: &mut $Conn,
+                message: &OutboxMessage,
+                now: Millis,
+            ) -> Result<(), sqlx::Error> {
+                sqlx::query::<$Db>($enqueue)
+                    .bind(&message.event_id)
+                    .bind(&message.topic)
+                    .bind(&message.payload)
+                    .bind(now)
+                    .execute(&mut *conn)
+                    .await?;
+                Ok(())
+            }
+
+            /// Records that `consumer` processed `event_id`: `true` the first time, `false`
+            /// for a duplicate delivery. Call it inside the transaction that applies the
+            /// event, and skip the event on `false`.
+            pub async fn mark_processed(
+                conn: &mut $Conn,
+                consumer: &str,
+                event_id: &str,
+                now: Millis,
+            ) -> Result<bool, sqlx::Error> {
+                insert_if_absent(
+                    conn,
+                    sqlx::query::<$Db>($processed)
+                        .bind(consumer.to_owned())
+                        .bind(event_id.to_owned())
+                        .bind(now),
+                )
+                .await
+            }
+
+            /// Publishes pending outbox messages, at least once, in id order.
+            #[derive(Clone, Debug)]
+            pub struct Relay {
+                pool: $Pool,
+                batch: u32,
+            }
+
+            impl Relay {
+                /// A relay over `pool`, 100 messages per pass.
+                pub fn new(pool: $Pool) -> Self {
+                    Relay { pool, batch: 100 }
+                }
+
+                /// Messages per pass (at least 1).
+                pub fn with_batch(mut self, batch: u32) -> Self {
+                    self.batch = batch.max(1);
+                    self
+                }
+
+                /// One pass: locks up to a batch of pending messages (other relays skip
+                /// them where the database supports `SKIP LOCKED`), publishes them in
+                /// order, and marks each published one; stops at the first publisher error.
+                pub async fn run_once(
+                    &self,
+                    publisher: &impl Publisher,
+                    now: Millis,
+                ) -> Result<RelayReport, RelayError> {
+                    let mut tx = self.pool.begin().await?;
+                    let rows = sqlx::query::<$Db>($pending)
+                        .bind(i64::from(self.batch))
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    let mut report = RelayReport::default();
+                    for row in rows {
+                        let id: i64 = row.try_get(0)?;
+                        let message = OutboxMessage {
+                            event_id: row.try_get(1)?,
+                            topic: row.try_get(2)?,
+                            payload: row.try_get(3)?,
+                        };
+                        match publisher.publish(&message).await {
+                            Ok(()) => {
+                                sqlx::query::<$Db>($published)
+                                    .bind(now)
+                                    .bind(id)
+                                    .execute(&mut *tx)
+                                    .await?;
+                                report.published += 1;
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, event_id = message.event_id, "outbox publish failed; will retry");
+                                sqlx::query::<$Db>($attempt).bind(id).execute(&mut *tx).await?;
+                                report.failed = Some(e.to_string());
+                                break;
+                            }
+                        }
+                    }
+                    tx.commit().await?;
+                    Ok(report)
+                }
+            }
+        }
+    };
+}
+
+exactly_once_for! {
+    module: sqlite,
+    feature: "sqlite",
+    db: sqlx::Sqlite,
+    conn: sqlx::SqliteConnection,
+    pool: sqlx::SqlitePool,
+    enqueue: "INSERT INTO stormguard_outbox (event_id, topic, payload, created_at) VALUES (?, ?, ?, ?)",
+    processed: "INSERT INTO stormguard_inbox (consumer, event_id, processed_at) VALUES (?, ?, ?)",
+    // SQLite has one writer at a time and no row locks: two relays may both publish a
+    // message, which at-least-once allows and consumers deduplicate.
+    pending: "SELECT id, event_id, topic, payload FROM stormguard_outbox
+        WHERE published_at IS NULL ORDER BY id LIMIT ?",
+    published: "UPDATE stormguard_outbox SET published_at = ?, attempts = attempts + 1 WHERE id = ?",
+    attempt: "UPDATE stormguard_outbox SET attempts = attempts + 1 WHERE id = ?",
+}
+
+exactly_once_for! {
+    module: postgres,
+    feature: "postgres",
+    db: sqlx::Postgres,
+    conn: sqlx::PgConnection,
+    pool: sqlx::PgPool,
+    enqueue: "INSERT INTO stormguard_outbox (event_id, topic, payload, created_at) VALUES ($1, $2, $3, $4)",
+    processed: "INSERT INTO stormguard_inbox (consumer, event_id, processed_at) VALUES ($1, $2, $3)",
+    pending: "SELECT id, event_id, topic, payload FROM stormguard_outbox
+        WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+    published: "UPDATE stormguard_outbox SET published_at = $1, attempts = attempts + 1 WHERE id = $2",
+    attempt: "UPDATE stormguard_outbox SET attempts = attempts + 1 WHERE id = $1",
+}
+
+exactly_once_for! {
+    module: mysql,
+    feature: "mysql",
+    db: sqlx::MySql,
+    conn: sqlx::MySqlConnection,
+    pool: sqlx::MySqlPool,
+    enqueue: "INSERT INTO stormguard_outbox (event_id, topic, payload, created_at) VALUES (?, ?, ?, ?)",
+    processed: "INSERT INTO stormguard_inbox (consumer, event_id, processed_at) VALUES (?, ?, ?)",
+    pending: "SELECT id, CAST(event_id AS CHAR), CAST(topic AS CHAR), payload FROM stormguard_outbox
+        WHERE published_at IS NULL ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+    published: "UPDATE stormguard_outbox SET published_at = ?, attempts = attempts + 1 WHERE id = ?",
+    attempt: "UPDATE stormguard_outbox SET attempts = attempts + 1 WHERE id = ?",
+}

@@ -1,0 +1,414 @@
+//! The middleware service and the request flow, as one plain `async fn`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::BoxError;
+use axum::body::Body;
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use tower_service::Service;
+
+use super::{Config, DoNotStore, FailureMode, IdempotencyLayer, InFlight, Oversize};
+use crate::body::{Buffered, buffer_capped};
+use crate::key::{IDEMPOTENT_REPLAYED, parse_key_header};
+use crate::problem;
+use crate::store::{
+    Begin, BeginRequest, Completion, Finish, LeaseToken, Millis, ScopedKey, Store, StoreError,
+    StoreFuture, StoredResponse,
+};
+
+/// The future of [`IdempotencyService`].
+pub type ResponseFuture<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+
+/// The service [`IdempotencyLayer`] wraps around an inner service.
+#[derive(Clone)]
+pub struct IdempotencyService<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    store: Arc<dyn Store>,
+    config: Config,
+}
+
+impl<S> std::fmt::Debug for IdempotencyService<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyService").finish_non_exhaustive()
+    }
+}
+
+impl<S> IdempotencyService<S> {
+    pub(crate) fn new(inner: S, layer: IdempotencyLayer) -> Self {
+        IdempotencyService {
+            inner,
+            shared: Arc::new(Shared {
+                store: layer.store,
+                config: layer.config,
+            }),
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for IdempotencyService<S>
+where
+    S: Service<Request<Body>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // The clone is not ready; the ready one goes into the future (tower's usual dance).
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(run(Arc::clone(&self.shared), inner, req))
+    }
+}
+
+async fn call_inner<S, ResBody>(
+    inner: &mut S,
+    req: Request<Body>,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request<Body>, Response = Response<ResBody>>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    Ok(inner.call(req).await?.map(Body::new))
+}
+
+async fn run<S, ReqBody, ResBody>(
+    shared: Arc<Shared>,
+    mut inner: S,
+    req: Request<ReqBody>,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request<Body>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let cfg = &shared.config;
+    if !cfg.methods.contains(req.method()) {
+        return call_inner(&mut inner, req.map(Body::new)).await;
+    }
+    let key = match parse_key_header(req.headers()) {
+        Ok(Some(key)) => key,
+        Ok(None) if !cfg.key_required => {
+            return call_inner(&mut inner, req.map(Body::new)).await;
+        }
+        Ok(None) => {
+            return Ok(problem::response(
+                StatusCode::BAD_REQUEST,
+                problem::MISSING_KEY,
+                "Idempotency-Key missing",
+                "this endpoint requires an Idempotency-Key header, for example \
+                 Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\"",
+            ));
+        }
+        Err(e) => {
+            return Ok(problem::response(
+                StatusCode::BAD_REQUEST,
+                problem::MALFORMED_KEY,
+                "Idempotency-Key malformed",
+                &e.to_string(),
+            ));
+        }
+    };
+    let (parts, body) = req.into_parts();
+    let tenant = match &cfg.tenant {
+        None => String::new(),
+        Some(extract) => match extract(&parts) {
+            Some(t) => t,
+            None => {
+                return Ok(problem::response(
+                    StatusCode::UNAUTHORIZED,
+                    problem::NO_TENANT,
+                    "No principal for the Idempotency-Key",
+                    "idempotency keys are scoped by principal, and this request has none",
+                ));
+            }
+        },
+    };
+    let body = match Limited::new(body, cfg.max_request).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            return Ok(problem::response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                problem::REQUEST_TOO_LARGE,
+                "Request too large for an idempotent request",
+                &format!(
+                    "requests with an Idempotency-Key may have at most {} bytes of body",
+                    cfg.max_request
+                ),
+            ));
+        }
+        Err(e) => {
+            return Ok(problem::response(
+                StatusCode::BAD_REQUEST,
+                problem::BAD_BODY,
+                "Request body unreadable",
+                &e.to_string(),
+            ));
+        }
+    };
+    let fingerprint = cfg.fingerprinter.fingerprint(&parts, &body);
+    let scoped = ScopedKey::new(&tenant, key);
+    let token = LeaseToken::random();
+
+    // Begin, waiting for an in-flight holder if so configured.
+    let wait_until = match cfg.in_flight {
+        InFlight::Reject => None,
+        InFlight::Wait { max, poll } => Some((tokio::time::Instant::now() + max, poll)),
+    };
+    let mut poll = wait_until.map(|(_, p)| p).unwrap_or_default();
+    loop {
+        let now = cfg.clock.now_millis();
+        let req = BeginRequest {
+            key: &scoped,
+            fingerprint: &fingerprint,
+            token,
+            now,
+            lease_until: now.saturating_add(millis(cfg.lease)),
+            expires_at: now.saturating_add(millis(cfg.retention.max(cfg.lease))),
+        };
+        match shared.timed(shared.store.begin(req)).await {
+            Ok(Begin::Acquired { took_over }) => {
+                if took_over {
+                    tracing::info!(
+                        key = scoped.key().as_str(),
+                        "idempotency lease expired; taking the key over"
+                    );
+                }
+                break;
+            }
+            Ok(Begin::Completed(completion)) => return Ok(replay(completion)),
+            Ok(Begin::Mismatch) => {
+                return Ok(problem::response(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    problem::KEY_REUSED,
+                    "Idempotency-Key reused",
+                    "this Idempotency-Key was already used for a different request \
+                     (method, path or body differ); use a new key for a new request",
+                ));
+            }
+            Ok(Begin::InFlight { .. }) => {
+                if let Some((deadline, _)) = wait_until {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    if !left.is_zero() {
+                        tokio::time::sleep(poll.min(left)).await;
+                        poll = (poll * 2).min(wait_until.map(|(_, p)| p * 16).unwrap_or(poll));
+                        continue;
+                    }
+                }
+                let mut res = problem::response(
+                    StatusCode::CONFLICT,
+                    problem::IN_FLIGHT,
+                    "Request in progress",
+                    "a request with this Idempotency-Key is still being processed; \
+                     retry later to receive its result",
+                );
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return Ok(res);
+            }
+            Err(e) => {
+                return match cfg.failure {
+                    FailureMode::Closed => {
+                        tracing::error!(error = %e, "idempotency store failed; refusing the request (fail closed)");
+                        Ok(problem::response(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            problem::STORE_UNAVAILABLE,
+                            "Idempotency store unavailable",
+                            "the request was not processed because its Idempotency-Key could \
+                             not be checked; it is safe to retry with the same key",
+                        ))
+                    }
+                    FailureMode::Open => {
+                        tracing::warn!(
+                            error = %e,
+                            key = scoped.key().as_str(),
+                            "idempotency store failed; running the handler WITHOUT idempotency protection (fail open)"
+                        );
+                        call_inner(&mut inner, Request::from_parts(parts, Body::from(body))).await
+                    }
+                };
+            }
+        }
+    }
+
+    // We hold the lease: run the handler.
+    let res = match inner
+        .call(Request::from_parts(parts, Body::from(body)))
+        .await
+    {
+        Ok(res) => res,
+        Err(e) => {
+            shared.release(&scoped, token, "the handler failed").await;
+            return Err(e);
+        }
+    };
+    let (res_parts, res_body) = res.into_parts();
+    let storable =
+        cfg.policy.stores(res_parts.status) && res_parts.extensions.get::<DoNotStore>().is_none();
+    if !storable {
+        shared
+            .release(&scoped, token, "the outcome is not stored")
+            .await;
+        return Ok(Response::from_parts(res_parts, Body::new(res_body)));
+    }
+    match buffer_capped(res_body, cfg.max_response).await {
+        Buffered::Complete(bytes) => {
+            let headers = cfg
+                .replay_headers
+                .iter()
+                .flat_map(|name| {
+                    res_parts
+                        .headers
+                        .get_all(name)
+                        .iter()
+                        .map(|v| (name.clone(), v.clone()))
+                })
+                .collect();
+            let completion = Completion::Response(StoredResponse {
+                status: res_parts.status,
+                headers,
+                body: bytes.clone(),
+            });
+            shared.complete(&scoped, token, &completion).await;
+            Ok(Response::from_parts(res_parts, Body::from(bytes)))
+        }
+        Buffered::TooLarge(rest) => {
+            match cfg.oversize {
+                Oversize::Mark => {
+                    let completion = Completion::TooLarge {
+                        status: res_parts.status,
+                    };
+                    shared.complete(&scoped, token, &completion).await;
+                }
+                Oversize::Release => {
+                    shared
+                        .release(&scoped, token, "the response is over the size cap")
+                        .await;
+                }
+            }
+            Ok(Response::from_parts(res_parts, Body::new(rest)))
+        }
+        Buffered::Failed(e) => {
+            shared
+                .release(&scoped, token, "the response body failed")
+                .await;
+            Ok(problem::response(
+                StatusCode::BAD_GATEWAY,
+                problem::BAD_RESPONSE,
+                "Response failed",
+                &format!("the handler's response body failed: {e}"),
+            ))
+        }
+    }
+}
+
+impl Shared {
+    async fn timed<T>(&self, f: StoreFuture<'_, T>) -> Result<T, StoreError> {
+        let limit = self.config.store_timeout;
+        match tokio::time::timeout(limit, f).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(limit)),
+        }
+    }
+
+    fn expires_at(&self, now: Millis) -> Millis {
+        let c = &self.config;
+        now.saturating_add(millis(c.retention.max(c.lease)))
+    }
+
+    async fn complete(&self, key: &ScopedKey, token: LeaseToken, completion: &Completion) {
+        let now = self.config.clock.now_millis();
+        let done = self
+            .timed(
+                self.store
+                    .complete(key, token, completion, now, self.expires_at(now)),
+            )
+            .await;
+        match done {
+            Ok(Finish::Done) => {}
+            Ok(Finish::LeaseLost) => tracing::warn!(
+                key = key.key().as_str(),
+                "idempotency lease was taken over before this request completed; \
+                 its response is returned but not stored (the other holder's record stands)"
+            ),
+            Err(e) => tracing::error!(
+                error = %e,
+                key = key.key().as_str(),
+                "could not store the idempotent response; the key stays in flight until its lease expires"
+            ),
+        }
+    }
+
+    async fn release(&self, key: &ScopedKey, token: LeaseToken, why: &str) {
+        match self.timed(self.store.release(key, token)).await {
+            Ok(Finish::Done) => {
+                tracing::debug!(key = key.key().as_str(), why, "idempotency key released")
+            }
+            Ok(Finish::LeaseLost) => tracing::warn!(
+                key = key.key().as_str(),
+                why,
+                "idempotency lease was taken over before release"
+            ),
+            Err(e) => tracing::error!(
+                error = %e,
+                key = key.key().as_str(),
+                why,
+                "could not release the idempotency key; it stays in flight until its lease expires"
+            ),
+        }
+    }
+}
+
+fn millis(d: Duration) -> Millis {
+    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
+}
+
+fn replay(completion: Completion) -> Response<Body> {
+    let mut res = match completion {
+        Completion::Response(stored) => {
+            let mut res = Response::new(Body::from(stored.body));
+            *res.status_mut() = stored.status;
+            for (name, value) in stored.headers {
+                res.headers_mut().append(name, value);
+            }
+            res
+        }
+        Completion::TooLarge { status } => problem::response(
+            StatusCode::CONFLICT,
+            problem::RESPONSE_NOT_STORED,
+            "Response not stored",
+            &format!(
+                "the request with this Idempotency-Key was processed and answered {}, but its \
+                 response was too large to keep for replay; it was not processed again",
+                status.as_u16()
+            ),
+        ),
+    };
+    res.headers_mut()
+        .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    res
+}

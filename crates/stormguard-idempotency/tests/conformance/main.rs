@@ -1,0 +1,64 @@
+//! The conformance suite: every numbered behaviour of issue 6, on every store.
+//!
+//! `suite.rs` holds one `async fn` per behaviour, each taking a fresh isolated [`TestEnv`];
+//! the macro below instantiates all of them for each store. Networked stores read
+//! `STORMGUARD_TEST_POSTGRES_URL`, `STORMGUARD_TEST_MYSQL_URL` and `STORMGUARD_TEST_REDIS_URL`
+//! and print `SKIPPED: ...` to stderr when theirs is not set.
+
+mod suite;
+#[path = "../support/mod.rs"]
+mod support;
+
+use support::Backend;
+
+macro_rules! conformance {
+    ($($store:ident => $backend:expr),* $(,)?) => {
+        $(
+            mod $store {
+                use super::*;
+                conformance!(@tests $backend;
+                    b01_missing_key_is_400,
+                    b02_malformed_key_is_400,
+                    b03_first_runs_duplicate_replays_byte_for_byte,
+                    b04_in_flight_duplicate_is_409,
+                    b04_in_flight_duplicate_can_wait_for_the_result,
+                    b05_other_fingerprint_is_422,
+                    b06_tenants_are_isolated,
+                    b07_crashed_holder_lease_expires_and_a_retry_takes_over,
+                    b07_stale_holder_cannot_complete,
+                    b07_store_level_fencing,
+                    b08_refusals_before_the_handler_are_not_stored,
+                    b08_stored_statuses_are_configurable,
+                    b09_keys_expire_after_retention,
+                    b09_reaper_is_bounded_per_pass,
+                    b10_store_failure_fails_closed,
+                    b10_fail_open_is_explicit,
+                    b11_oversized_response_is_marked_not_truncated,
+                    b11_oversized_response_can_release_the_key,
+                    b12_two_hundred_concurrent_duplicates_run_once,
+                    b12_thousand_sequential_duplicates_run_once,
+                );
+            }
+        )*
+    };
+    (@tests $backend:expr; $($test:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                let Some(env) = $backend.open(concat!(module_path!(), "::", stringify!($test))).await else {
+                    return;
+                };
+                suite::$test(&env).await;
+                env.cleanup().await;
+            }
+        )*
+    };
+}
+
+conformance! {
+    sqlite_file => Backend::SqliteFile,
+    sqlite_memory => Backend::SqliteMemory,
+    postgres => Backend::Postgres,
+    mysql => Backend::MySql,
+    redis => Backend::Redis,
+}
