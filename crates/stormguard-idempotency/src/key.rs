@@ -81,6 +81,7 @@ pub fn parse_key_header(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, K
 mod tests {
     use super::*;
     use http::HeaderValue;
+    use proptest::prelude::*;
 
     fn parse(values: &[&[u8]]) -> Result<Option<IdempotencyKey>, KeyError> {
         let mut headers = HeaderMap::new();
@@ -116,5 +117,24 @@ mod tests {
         ));
         assert!(matches!(parse(&[b""]), Err(KeyError::NotStructured(_))));
         assert_eq!(parse(&[b"\"a\"", b"\"a\""]), Err(KeyError::Repeated(2)));
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            if let Ok(value) = HeaderValue::from_bytes(&bytes) {
+                let mut headers = HeaderMap::new();
+                headers.insert(IDEMPOTENCY_KEY, value);
+                let _ = parse_key_header(&headers);
+            }
+        }
+
+        #[test]
+        fn every_valid_key_round_trips_through_its_header_form(key in "[ -~]{1,255}") {
+            let key = IdempotencyKey::new(&key).expect("printable ASCII");
+            let header = key.to_header_value();
+            let parsed = parse(&[header.as_bytes()]).expect("valid").expect("present");
+            prop_assert_eq!(parsed, key);
+        }
     }
 }
