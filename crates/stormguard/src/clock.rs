@@ -221,13 +221,15 @@ impl CoarseMillis {
     /// Milliseconds since this counter was created (saturating, never decreasing).
     #[inline]
     pub fn now(&self) -> u64 {
-        if let Source::Manual(state) = &self.clock.source {
-            let millis = state.elapsed_nanos.load(Ordering::Acquire) / 1_000_000;
-            return millis.saturating_sub(self.manual_base);
+        if let Some(base) = self.upkept_base {
+            return coarse_millis().saturating_sub(base);
         }
-        match self.upkept_base {
-            Some(base) => coarse_millis().saturating_sub(base),
-            None => u64::try_from(
+        match &self.clock.source {
+            Source::Manual(state) => {
+                let millis = state.elapsed_nanos.load(Ordering::Acquire) / 1_000_000;
+                millis.saturating_sub(self.manual_base)
+            }
+            _ => u64::try_from(
                 self.clock
                     .now()
                     .saturating_duration_since(self.origin)

@@ -74,16 +74,28 @@ pub struct RatioBudget {
     millis: CoarseMillis,
 }
 
-/// The shared state, on its own cache lines.
+/// The shared state. The period, read by every decision and written once per period, has a
+/// cache line of its own, so that writes to the total do not evict it from other cores.
 #[derive(Debug)]
-#[repr(align(64))]
 struct Window {
-    /// Sum of `slots`.
-    total: AtomicI64,
     /// The latest period the window has been advanced to.
-    period: AtomicU64,
+    period: CacheLine<AtomicU64>,
+    /// Sum of `slots`.
+    total: CacheLine<AtomicI64>,
     /// Balance of period `p` at index `p % SLOTS`, for the last `SLOTS` periods.
     slots: [AtomicI64; SLOTS as usize],
+}
+
+/// A value alone on its cache line (128 bytes: adjacent-line prefetchers pair lines).
+#[derive(Debug)]
+#[repr(align(128))]
+struct CacheLine<T>(T);
+
+impl<T> std::ops::Deref for CacheLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 impl RatioBudget {
@@ -106,8 +118,8 @@ impl RatioBudget {
             (u128::from(min_retries_per_sec) * u128::from(ttl_millis)).div_ceil(1000);
         Ok(RatioBudget {
             window: Window {
-                total: AtomicI64::new(0),
-                period: AtomicU64::new(0),
+                period: CacheLine(AtomicU64::new(0)),
+                total: CacheLine(AtomicI64::new(0)),
                 slots: std::array::from_fn(|_| AtomicI64::new(0)),
             },
             period_reciprocal: u64::MAX / (ttl_millis / SLOTS).max(1) + 1,
@@ -219,6 +231,7 @@ impl RetryBudget for RatioBudget {
         }
     }
 
+    #[inline]
     fn withdraw(&self, _: Withdrawal) -> Result<(), BudgetExhausted> {
         const REFUSED: BudgetExhausted = BudgetExhausted {
             kind: "ratio budget",
