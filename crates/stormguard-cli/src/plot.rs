@@ -214,11 +214,15 @@ pub(crate) fn storm(r: &StormReport) -> Chart {
             .enumerate()
             .map(|(i, row)| Series {
                 name: row.label.into(),
+                // A step line: each bin is flat over its width, so a spike of a thousand
+                // retries in one bin reads as a bar, not as a thin triangle.
                 points: row
                     .per_bin
                     .iter()
                     .enumerate()
-                    .map(|(k, &c)| (k as f64 * bin, c as f64))
+                    .flat_map(|(k, &c)| {
+                        [(k as f64 * bin, c as f64), ((k + 1) as f64 * bin, c as f64)]
+                    })
                     .collect(),
                 style: Style::Line,
                 colour: i,
