@@ -12,6 +12,8 @@
 //! | [`budget`] | whether a retry may be sent at all (gRPC/AWS token buckets, Finagle ratio, Envoy concurrency) |
 //! | [`deadline`] | how much time is left, what to hand downstream, and the wire formats that carry it |
 //! | [`classify`] | what a result means: success, retryable, never retry, overloaded, in doubt |
+//! | [`health`] | how a downstream is doing: one shared window of outcomes and slow calls |
+//! | [`breaker`] | whether to call a downstream at all (circuit breaker over the health window) |
 //! | [`retry`] | the retrier that combines them, and the pure decision it is built on |
 //! | [`config`] | per-endpoint policy files (TOML, JSON), validated at load |
 //!
@@ -51,6 +53,7 @@
 //! ```
 
 pub mod backoff;
+pub mod breaker;
 pub mod budget;
 pub mod classify;
 pub mod clock;
@@ -58,4 +61,5 @@ pub mod clock;
 pub mod config;
 pub mod deadline;
 pub mod duration;
+pub mod health;
 pub mod retry;

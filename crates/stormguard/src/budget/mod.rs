@@ -18,7 +18,7 @@
 //! | [`ConcurrencyBudget`] | Envoy `retry_budget` | active retries ≤ percent of active requests |
 //!
 //! All of them are lock-free (atomics only), `Send + Sync`, and meant to be shared (in an
-//! [`Arc`](std::sync::Arc)) by every caller of one downstream.
+//! [`Arc`]) by every caller of one downstream.
 //!
 //! # The protocol
 //!
