@@ -173,6 +173,18 @@ pub enum Finish {
     LeaseLost,
 }
 
+impl Finish {
+    /// The result of a write fenced by a lease token: `matched` is how many records the
+    /// token matched (rows affected, or a script's count) — one means the caller held it.
+    pub(crate) fn fenced(matched: u64) -> Self {
+        if matched == 1 {
+            Finish::Done
+        } else {
+            Finish::LeaseLost
+        }
+    }
+}
+
 /// What one [`Store::reap`] call removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reaped {

@@ -302,11 +302,7 @@ impl Store for RedisStore {
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::backend)?;
-            Ok(if done == 1 {
-                Finish::Done
-            } else {
-                Finish::LeaseLost
-            })
+            Ok(Finish::fenced(u64::try_from(done).unwrap_or(0)))
         })
     }
 
@@ -320,11 +316,7 @@ impl Store for RedisStore {
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::backend)?;
-            Ok(if done == 1 {
-                Finish::Done
-            } else {
-                Finish::LeaseLost
-            })
+            Ok(Finish::fenced(u64::try_from(done).unwrap_or(0)))
         })
     }
 

@@ -221,11 +221,7 @@ macro_rules! sql_store {
                         .bind(token.0)
                         .execute(&self.pool)
                         .await?;
-                    Ok(if r.rows_affected() == 1 {
-                        $crate::Finish::Done
-                    } else {
-                        $crate::Finish::LeaseLost
-                    })
+                    Ok($crate::Finish::fenced(r.rows_affected()))
                 })
             }
 
@@ -241,11 +237,7 @@ macro_rules! sql_store {
                         .bind(token.0)
                         .execute(&self.pool)
                         .await?;
-                    Ok(if r.rows_affected() == 1 {
-                        $crate::Finish::Done
-                    } else {
-                        $crate::Finish::LeaseLost
-                    })
+                    Ok($crate::Finish::fenced(r.rows_affected()))
                 })
             }
 
