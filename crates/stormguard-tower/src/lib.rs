@@ -5,3 +5,5 @@
 //! retries the chain may send (only one layer retries; a response marked
 //! `X-Retry-Exhausted: true` is never retried again upstream). The layers here put the core's
 //! decisions at the edges of a hyper, axum, tonic or reqwest service.
+
+pub mod metric_names;
