@@ -7,3 +7,5 @@
 //! decisions at the edges of a hyper, axum, tonic or reqwest service.
 
 pub mod metric_names;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
