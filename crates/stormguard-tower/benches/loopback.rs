@@ -1,0 +1,556 @@
+//! Loopback load generator: what the tower layers add to a real HTTP round trip.
+//!
+//! Micro-benchmarks of a retrier say what one decision costs; they do not say what a request
+//! pays once the layers sit on both ends of a hyper connection (a header encoded and parsed,
+//! a task-local deadline, a timer per attempt, a request cloned for a possible retry). This
+//! starts an axum "hello" server on 127.0.0.1:0 and drives it with N concurrent keep-alive
+//! hyper clients, once with the bare stacks and once with the layered ones, and prints
+//! throughput and p50/p99 latency side by side.
+//!
+//! ```sh
+//! cargo bench -p stormguard-tower --bench loopback
+//! LOOPBACK_SECS=1 LOOPBACK_ROUNDS=1 cargo bench -p stormguard-tower --bench loopback   # smoke
+//! ```
+//!
+//! | variable | default | meaning |
+//! | --- | --- | --- |
+//! | `LOOPBACK_SECS` | 5 | measured seconds per variant and round (fractions allowed) |
+//! | `LOOPBACK_ROUNDS` | 3 | rounds; each runs bare then layers, and the figures pool them |
+//! | `LOOPBACK_CONNECTIONS` | 16 | concurrent clients, one request in flight each |
+//! | `LOOPBACK_WARMUP_MS` | 500 | unmeasured lead-in per run (connections, caches) |
+//! | `LOOPBACK_SERVER_THREADS` | 1 | tokio worker threads of the server |
+//! | `LOOPBACK_CLIENT_THREADS` | 1 | tokio worker threads of the load generator |
+//!
+//! Server and clients share the machine, so the figures are relative: compare the two rows
+//! of one run, not runs on different machines. Both variants box their stacks the same way
+//! (one allocation per request on each side), so the difference is the layers'.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tower::timeout::TimeoutLayer;
+use tower::util::BoxCloneService;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// What the load generator sends.
+type ClientRequest = Request<Empty<Bytes>>;
+/// The client stack as the load generator sees it: a request in, the status out once the
+/// response body has been read to its end.
+type ClientSvc = BoxCloneService<ClientRequest, StatusCode, BoxError>;
+/// The server stack as the accept loop sees it.
+type ServerSvc = BoxCloneService<Request<Incoming>, Response<axum::body::Body>, BoxError>;
+/// The keep-alive connection pool every client stack wraps.
+type HyperClient = Client<HttpConnector, Empty<Bytes>>;
+
+// ==========================================================================================
+// THE STACKS UNDER TEST. To measure the real middleware, replace the stand-ins:
+//   layered_server: `.layer(DeadlineLayer::new(..))`          instead of `standin::DeadlineScopeLayer`
+//   layered_client: `.layer(PropagateDeadlineLayer::new(..))`
+//                   `.layer(RetryLayer::new(..))`             instead of `standin::RetrierLayer::new()`
+// and delete `mod standin`. Any `tower::Layer` whose service fits `server_service` /
+// `client_service` works; the rest of the file does not change.
+// ==========================================================================================
+
+/// The server stack of the "layers" variant.
+fn layered_server(app: Router) -> ServerSvc {
+    server_service(
+        ServiceBuilder::new()
+            .layer(TimeoutLayer::new(Duration::from_secs(1)))
+            .layer(standin::DeadlineScopeLayer)
+            .service(app),
+    )
+}
+
+/// The client stack of the "layers" variant.
+fn layered_client(client: HyperClient) -> ClientSvc {
+    client_service(
+        ServiceBuilder::new()
+            .layer(TimeoutLayer::new(Duration::from_secs(1)))
+            .layer(standin::RetrierLayer::new())
+            .service(client),
+    )
+}
+
+/// The server stack of the "bare" variant: the router alone.
+fn bare_server(app: Router) -> ServerSvc {
+    server_service(app)
+}
+
+/// The client stack of the "bare" variant: hyper's pool alone.
+fn bare_client(client: HyperClient) -> ClientSvc {
+    client_service(client)
+}
+
+// ==========================================================================================
+
+/// Boxes any server stack into the one type the accept loop serves.
+fn server_service<S, B>(service: S) -> ServerSvc
+where
+    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    BoxCloneService::new(
+        service
+            .map_response(|response: Response<B>| response.map(axum::body::Body::new))
+            .map_err(Into::into),
+    )
+}
+
+/// Boxes any client stack into the one type the load generator drives; reads the body.
+fn client_service<S, B>(service: S) -> ClientSvc
+where
+    S: Service<ClientRequest, Response = Response<B>> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    BoxCloneService::new(
+        service
+            .map_err(Into::into)
+            .and_then(|response: Response<B>| async move {
+                let status = response.status();
+                response.into_body().collect().await.map_err(Into::into)?;
+                Ok(status)
+            }),
+    )
+}
+
+/// Stand-ins for the layers that other branches are writing, built on the same core pieces
+/// so that the "layers" row already costs about what the real stack will.
+mod standin {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http::{HeaderValue, Request, Response};
+    use http_body_util::Empty;
+    use stormguard::backoff::Backoff;
+    use stormguard::budget::TokenBucket;
+    use stormguard::classify::{Outcome, classify_http_status};
+    use stormguard::clock::Clock;
+    use stormguard::deadline::{self, Deadline, GRPC_TIMEOUT, encode_grpc_timeout};
+    use stormguard::retry::{Failure, Retrier, RetryPolicy};
+    use tower::{Layer, Service, ServiceExt};
+
+    use super::BoxError;
+
+    type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+    /// Server: reads `grpc-timeout` with the core codec and runs the handler with that
+    /// deadline current (what `DeadlineLayer` does).
+    #[derive(Clone, Copy, Debug)]
+    pub(super) struct DeadlineScopeLayer;
+
+    impl<S> Layer<S> for DeadlineScopeLayer {
+        type Service = DeadlineScope<S>;
+        fn layer(&self, inner: S) -> DeadlineScope<S> {
+            DeadlineScope(inner)
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    pub(super) struct DeadlineScope<S>(S);
+
+    impl<S, B> Service<Request<B>> for DeadlineScope<S>
+    where
+        S: Service<Request<B>>,
+        S::Future: Send + 'static,
+    {
+        type Response = S::Response;
+        type Error = S::Error;
+        type Future = BoxFuture<Result<S::Response, S::Error>>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+            self.0.poll_ready(cx)
+        }
+
+        fn call(&mut self, req: Request<B>) -> Self::Future {
+            let timeout = req
+                .headers()
+                .get(GRPC_TIMEOUT)
+                .and_then(|v| deadline::parse_grpc_timeout(v.as_bytes()).ok());
+            let inner = self.0.call(req);
+            match timeout {
+                Some(timeout) => Box::pin(deadline::scope(
+                    Deadline::after(timeout, Clock::default()),
+                    inner,
+                )),
+                None => Box::pin(inner),
+            }
+        }
+    }
+
+    /// Client: the core `Retrier` (3 attempts, 500 ms per try, a shared gRPC token bucket)
+    /// around each call, the request rebuilt for every attempt, and the attempt's time sent
+    /// as `grpc-timeout` (what `RetryLayer` and `PropagateDeadlineLayer` do).
+    #[derive(Clone, Debug)]
+    pub(super) struct RetrierLayer {
+        retrier: Arc<Retrier<Arc<TokenBucket>>>,
+    }
+
+    impl RetrierLayer {
+        pub(super) fn new() -> Self {
+            let policy = RetryPolicy::new(3)
+                .with_backoff(Backoff::exponential(Duration::from_millis(10)))
+                .with_per_try_timeout(Duration::from_millis(500))
+                .validate()
+                .expect("valid policy");
+            let budget = Arc::new(TokenBucket::grpc(100, 0.1).expect("valid budget"));
+            RetrierLayer {
+                retrier: Arc::new(Retrier::new(policy).with_budget(budget)),
+            }
+        }
+    }
+
+    impl<S> Layer<S> for RetrierLayer {
+        type Service = RetrierService<S>;
+        fn layer(&self, inner: S) -> RetrierService<S> {
+            RetrierService {
+                inner,
+                retrier: self.retrier.clone(),
+            }
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    pub(super) struct RetrierService<S> {
+        inner: S,
+        retrier: Arc<Retrier<Arc<TokenBucket>>>,
+    }
+
+    impl<S, B> Service<Request<Empty<Bytes>>> for RetrierService<S>
+    where
+        S: Service<Request<Empty<Bytes>>, Response = Response<B>> + Clone + Send + 'static,
+        S::Error: Into<BoxError>,
+        S::Future: Send + 'static,
+        B: Send + 'static,
+    {
+        type Response = Response<B>;
+        type Error = BoxError;
+        type Future = BoxFuture<Result<Response<B>, BoxError>>;
+
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            // Every attempt drives its own clone of the inner service to readiness.
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: Request<Empty<Bytes>>) -> Self::Future {
+            let inner = self.inner.clone();
+            let retrier = self.retrier.clone();
+            Box::pin(async move {
+                let attempt_request = |timeout: Option<Duration>| {
+                    let mut attempt = Request::new(Empty::new());
+                    *attempt.method_mut() = req.method().clone();
+                    *attempt.uri_mut() = req.uri().clone();
+                    *attempt.headers_mut() = req.headers().clone();
+                    if let Some(timeout) = timeout {
+                        let value = encode_grpc_timeout(timeout);
+                        if let Ok(value) = HeaderValue::from_str(value.as_str()) {
+                            attempt.headers_mut().insert(GRPC_TIMEOUT, value);
+                        }
+                    }
+                    attempt
+                };
+                let result = retrier
+                    .run(
+                        move |attempt| {
+                            let call = inner.clone().oneshot(attempt_request(attempt.timeout));
+                            async move { call.await.map_err(Into::into) }
+                        },
+                        |result: &Result<Response<B>, BoxError>| match result {
+                            Ok(response) => classify_http_status(response.status().as_u16(), None),
+                            Err(_) => Outcome::InDoubt,
+                        },
+                    )
+                    .await;
+                result.map_err(|err| match err.into_last() {
+                    Failure::Error(err) => err,
+                    Failure::TimedOut(after) => format!("attempt timed out after {after:?}").into(),
+                })
+            })
+        }
+    }
+}
+
+/// One variant's pooled figures.
+struct Sample {
+    requests: u64,
+    errors: u64,
+    measured: Duration,
+    latency_us: Histogram<u64>,
+}
+
+impl Sample {
+    fn new() -> Self {
+        Sample {
+            requests: 0,
+            errors: 0,
+            measured: Duration::ZERO,
+            latency_us: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"),
+        }
+    }
+
+    fn add(&mut self, other: &Sample) {
+        self.requests += other.requests;
+        self.errors += other.errors;
+        self.measured += other.measured;
+        self.latency_us.add(&other.latency_us).expect("same bounds");
+    }
+
+    fn throughput(&self) -> f64 {
+        self.requests as f64 / self.measured.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+
+    fn quantile_us(&self, q: f64) -> u64 {
+        self.latency_us.value_at_quantile(q)
+    }
+}
+
+struct Settings {
+    secs: f64,
+    rounds: u32,
+    connections: usize,
+    warmup: Duration,
+    server_threads: usize,
+    client_threads: usize,
+}
+
+impl Settings {
+    fn from_env() -> Result<Settings, String> {
+        fn var<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String> {
+            match std::env::var(name) {
+                Ok(text) => text
+                    .parse()
+                    .map_err(|_| format!("{name}={text:?} is not a valid number")),
+                Err(_) => Ok(default),
+            }
+        }
+        let settings = Settings {
+            secs: var("LOOPBACK_SECS", 5.0)?,
+            rounds: var("LOOPBACK_ROUNDS", 3)?,
+            connections: var("LOOPBACK_CONNECTIONS", 16)?,
+            warmup: Duration::from_millis(var("LOOPBACK_WARMUP_MS", 500)?),
+            server_threads: var("LOOPBACK_SERVER_THREADS", 1)?,
+            client_threads: var("LOOPBACK_CLIENT_THREADS", 1)?,
+        };
+        if !(settings.secs.is_finite() && settings.secs > 0.0 && settings.secs < 3600.0) {
+            return Err(format!(
+                "LOOPBACK_SECS must be above 0 and below 3600, got {}",
+                settings.secs
+            ));
+        }
+        for (name, value) in [
+            ("LOOPBACK_ROUNDS", settings.rounds as usize),
+            ("LOOPBACK_CONNECTIONS", settings.connections),
+            ("LOOPBACK_SERVER_THREADS", settings.server_threads),
+            ("LOOPBACK_CLIENT_THREADS", settings.client_threads),
+        ] {
+            if value == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        Ok(settings)
+    }
+}
+
+fn runtime(threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+async fn hello() -> &'static str {
+    "hello"
+}
+
+/// Serves `service` on 127.0.0.1:0 (HTTP/1.1, keep-alive) until the runtime is dropped.
+async fn start_server(service: ServerSvc) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local address");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let service = service.clone();
+            tokio::spawn(async move {
+                // A concrete error type: hyper's bounds trip over a boxed one here.
+                let hyper_service = hyper::service::service_fn(move |req| {
+                    let call = service.clone().oneshot(req);
+                    async move { call.await.map_err(std::io::Error::other) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), hyper_service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Drives `client` with `connections` concurrent loops: `warmup` unmeasured, then `measure`.
+async fn load(
+    client: ClientSvc,
+    uri: Uri,
+    connections: usize,
+    warmup: Duration,
+    measure: Duration,
+) -> Sample {
+    let measure_from = Instant::now() + warmup;
+    let end = measure_from + measure;
+    let workers: Vec<_> = (0..connections)
+        .map(|_| {
+            let mut client = client.clone();
+            let uri = uri.clone();
+            tokio::spawn(async move {
+                let mut sample = Sample::new();
+                loop {
+                    let started = Instant::now();
+                    if started >= end {
+                        break;
+                    }
+                    let request = Request::get(uri.clone())
+                        .body(Empty::new())
+                        .expect("valid request");
+                    let result = match client.ready().await {
+                        Ok(ready) => ready.call(request).await,
+                        Err(err) => Err(err),
+                    };
+                    if started < measure_from {
+                        continue;
+                    }
+                    match result {
+                        Ok(status) if status.is_success() => {
+                            let micros =
+                                u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                            sample.latency_us.saturating_record(micros.max(1));
+                            sample.requests += 1;
+                        }
+                        Ok(_) | Err(_) => sample.errors += 1,
+                    }
+                }
+                sample
+            })
+        })
+        .collect();
+    let mut total = Sample::new();
+    for worker in workers {
+        total.add(&worker.await.expect("load worker"));
+    }
+    total.measured = end.saturating_duration_since(measure_from);
+    total
+}
+
+/// One run of one variant on fresh runtimes, so nothing carries over between runs.
+fn run(
+    settings: &Settings,
+    server: fn(Router) -> ServerSvc,
+    client: fn(HyperClient) -> ClientSvc,
+) -> Sample {
+    let server_rt = runtime(settings.server_threads);
+    let app = Router::new().route("/", get(hello));
+    let addr = server_rt.block_on(start_server(server(app)));
+    let client_rt = runtime(settings.client_threads);
+    let sample = client_rt.block_on(async {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let pool = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(settings.connections)
+            .build(connector);
+        let uri: Uri = format!("http://{addr}/").parse().expect("valid uri");
+        load(
+            client(pool),
+            uri,
+            settings.connections,
+            settings.warmup,
+            Duration::from_secs_f64(settings.secs),
+        )
+        .await
+    });
+    client_rt.shutdown_background();
+    server_rt.shutdown_background();
+    sample
+}
+
+fn main() -> ExitCode {
+    let settings = match Settings::from_env() {
+        Ok(settings) => settings,
+        Err(message) => {
+            eprintln!("loopback: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    println!(
+        "loopback: {} connections, {} s x {} round(s) per variant, warm-up {} ms, \
+         server {} thread(s), client {} thread(s)",
+        settings.connections,
+        settings.secs,
+        settings.rounds,
+        settings.warmup.as_millis(),
+        settings.server_threads,
+        settings.client_threads,
+    );
+    let mut bare = Sample::new();
+    let mut layers = Sample::new();
+    for _ in 0..settings.rounds {
+        bare.add(&run(&settings, bare_server, bare_client));
+        layers.add(&run(&settings, layered_server, layered_client));
+    }
+    println!(
+        "{:<8} {:>10} {:>10} {:>8} {:>8} {:>9} {:>7}",
+        "variant", "requests", "req/s", "p50 µs", "p99 µs", "p99.9 µs", "errors"
+    );
+    for (name, sample) in [("bare", &bare), ("layers", &layers)] {
+        println!(
+            "{:<8} {:>10} {:>10.0} {:>8} {:>8} {:>9} {:>7}",
+            name,
+            sample.requests,
+            sample.throughput(),
+            sample.quantile_us(0.50),
+            sample.quantile_us(0.99),
+            sample.quantile_us(0.999),
+            sample.errors,
+        );
+    }
+    let signed = |a: u64, b: u64| i128::from(a) - i128::from(b);
+    println!(
+        "layers/bare throughput {:.3}x; added p50 {:+} µs; added p99 {:+} µs",
+        layers.throughput() / bare.throughput().max(f64::MIN_POSITIVE),
+        signed(layers.quantile_us(0.50), bare.quantile_us(0.50)),
+        signed(layers.quantile_us(0.99), bare.quantile_us(0.99)),
+    );
+    if bare.errors + layers.errors > 0 {
+        eprintln!("loopback: some requests failed; the figures above count only successes");
+    }
+    if bare.requests == 0 || layers.requests == 0 {
+        eprintln!("loopback: a variant completed no request");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
