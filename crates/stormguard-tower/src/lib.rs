@@ -7,3 +7,6 @@
 //! decisions at the edges of a hyper, axum, tonic or reqwest service.
 
 pub mod metric_names;
+
+pub mod fault;
+pub mod hedge;

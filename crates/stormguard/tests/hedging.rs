@@ -522,3 +522,33 @@ async fn dropping_the_call_cancels_every_attempt() {
         Some(&(25 * MS, Event::Finished(3, None, HedgeStop::Cancelled)))
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn far_deadlines_and_endless_pushback_neither_panic_nor_hang() {
+    // A deadline of Duration::MAX is effectively none.
+    let hedger = Hedger::new(policy(2, 10 * MS));
+    let call = HedgeCall::new().with_deadline(Deadline::after(Duration::MAX, Clock::tokio()));
+    let op = scripted(
+        vec![(1000 * MS, 200), (5 * MS, 200)],
+        Arc::new(Drops::default()),
+    );
+    let report = hedger.run_report(call, op, by_status).await;
+    assert_eq!(report.winner, Some(2));
+
+    // A pushback too long to schedule means no more hedges: the failure is returned at once.
+    let start = Instant::now();
+    let report = hedger
+        .run_report(
+            HedgeCall::new(),
+            |_: Attempt| async { Err::<u16, Duration>(Duration::MAX) },
+            |r: &Result<u16, Duration>| match r {
+                Ok(_) => Outcome::Success,
+                Err(wait) => Outcome::Overloaded {
+                    retry_after: Some(*wait),
+                },
+            },
+        )
+        .await;
+    assert_eq!((report.sent, report.stop), (1, HedgeStop::AllFailed));
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
