@@ -7,5 +7,7 @@
 //! decisions at the edges of a hyper, axum, tonic or reqwest service.
 
 pub mod metric_names;
+pub mod fault;
+pub mod hedge;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;

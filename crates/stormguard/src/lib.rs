@@ -15,6 +15,8 @@
 //! | [`health`] | how a downstream is doing: one shared window of outcomes and slow calls |
 //! | [`breaker`] | whether to call a downstream at all (circuit breaker over the health window) |
 //! | [`retry`] | the retrier that combines them, and the pure decision it is built on |
+//! | [`hedge`] | when to send another copy of a slow request (gRPC A6 hedging), paid from the retry budget |
+//! | [`fault`] | latency, error statuses and resets injected on purpose, at run-time switchable rates |
 //! | [`config`] | per-endpoint policy files (TOML, JSON), validated at load |
 //!
 //! # Example
@@ -61,5 +63,7 @@ pub mod clock;
 pub mod config;
 pub mod deadline;
 pub mod duration;
+pub mod fault;
 pub mod health;
+pub mod hedge;
 pub mod retry;
