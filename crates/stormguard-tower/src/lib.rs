@@ -6,4 +6,7 @@
 //! `X-Retry-Exhausted: true` is never retried again upstream). The layers here put the core's
 //! decisions at the edges of a hyper, axum, tonic or reqwest service.
 
+pub mod deadline;
 pub mod metric_names;
+
+pub use deadline::{DeadlineLayer, PropagateDeadlineLayer};
