@@ -6,8 +6,11 @@
 //! `X-Retry-Exhausted: true` is never retried again upstream). The layers here put the core's
 //! decisions at the edges of a hyper, axum, tonic or reqwest service.
 
+pub mod deadline;
 pub mod metric_names;
 pub mod fault;
 pub mod hedge;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
+
+pub use deadline::{DeadlineLayer, PropagateDeadlineLayer};

@@ -1,0 +1,85 @@
+//! Deadline propagation across HTTP and gRPC hops: one deadline for the whole call chain.
+//!
+//! # Why propagate deadlines
+//!
+//! Per-hop timeouts do not compose. A gateway that gives up after 1 s, in front of a service
+//! that allows itself 1 s for each of three attempts at its own dependency, leaves that service
+//! working for two more seconds on an answer nobody will read, and its dependency with it.
+//! Under overload this wasted work is what keeps the overload going. The fix is to carry one
+//! deadline (the instant the original caller stops waiting) along the chain: each hop reads what
+//! is left, keeps a reserve for its own work, hands the rest downstream, and stops when time is
+//! up.
+//!
+//! Two layers do that at the edges of a service:
+//!
+//! - [`DeadlineLayer`] (server side) reads the deadline a request announces, refuses a request
+//!   that has already expired without running the handler, runs the handler with the deadline
+//!   as its task's *current* deadline ([`stormguard::deadline::scope`]), and cancels it when
+//!   the deadline passes: HTTP 504, or gRPC `DEADLINE_EXCEEDED`.
+//! - [`PropagateDeadlineLayer`] (client side) takes the current deadline, subtracts the hop
+//!   reserve ([`Reserve`](stormguard::deadline::Reserve)), writes the rest into the outgoing
+//!   request's headers, and does not send a call that would get less than the minimum useful
+//!   call time ([`DeadlineTooClose`]).
+//!
+//! Between the two, the core's retrier (`stormguard::retry::Retrier`) reads the same current
+//! deadline to decide whether another attempt still fits.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use std::time::Duration;
+//! use http::{Request, Response};
+//! use http_body_util::BodyExt;
+//! use stormguard::deadline::Reserve;
+//! use stormguard_tower::deadline::{DeadlineLayer, PropagateDeadlineLayer};
+//! use tower::{Layer, ServiceExt, service_fn};
+//!
+//! // The downstream service: reports the grpc-timeout it was given.
+//! let downstream = service_fn(|req: Request<()>| async move {
+//!     let t = req.headers().get("grpc-timeout").cloned();
+//!     Ok::<_, std::convert::Infallible>(Response::new(format!("{t:?}")))
+//! });
+//! let client = PropagateDeadlineLayer::new()
+//!     .with_reserve(Reserve::fixed(Duration::from_millis(300)))
+//!     .validate()?
+//!     .layer(downstream);
+//!
+//! // This hop's handler calls downstream under the deadline its caller sent.
+//! let server = DeadlineLayer::new().layer(service_fn(move |_req: Request<()>| {
+//!     let client = client.clone();
+//!     async move { client.oneshot(Request::new(())).await }
+//! }));
+//!
+//! let request = Request::builder().header("grpc-timeout", "900m").body(())?;
+//! let response = server.oneshot(request).await?;
+//! let body = response.into_body().collect().await?.to_bytes();
+//! assert_eq!(body, r#"Some("600000u")"#); // 900 ms − 300 ms reserve
+//! # Ok(()) }
+//! ```
+//!
+//! # Wire formats
+//!
+//! [`DeadlineHeader`] names the four formats: `grpc-timeout` (gRPC), `connect-timeout-ms`
+//! (Connect), `x-envoy-expected-rq-timeout-ms` (Envoy) and `x-request-deadline` (absolute Unix
+//! epoch milliseconds). [`headers`] explains which one wins when a request carries several, and
+//! what clock skew does to the absolute one.
+
+pub mod headers;
+
+mod error;
+mod propagate;
+mod reply;
+mod server;
+
+pub use error::{DeadlineTooClose, InvalidDeadlineConfig};
+pub use headers::{
+    DeadlineHeader, DeadlineHeaderError, DeadlineHeaders, Found, HeaderReader, Reading, Selection,
+    WallClock,
+};
+pub use propagate::{
+    BoxError, ClientStats, PropagateDeadline, PropagateDeadlineLayer,
+    ResponseFuture as PropagateResponseFuture,
+};
+pub use reply::DeadlineBody;
+pub use server::{
+    DeadlineLayer, DeadlineService, IncomingDeadline, MalformedPolicy, ResponseFuture, ServerStats,
+};
