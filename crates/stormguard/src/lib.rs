@@ -14,6 +14,7 @@
 //! | [`classify`] | what a result means: success, retryable, never retry, overloaded, in doubt |
 //! | [`health`] | how a downstream is doing: one shared window of outcomes and slow calls |
 //! | [`breaker`] | whether to call a downstream at all (circuit breaker over the health window) |
+//! | [`throttle`] | whether to send a request to an overloaded backend (Google SRE adaptive throttling) |
 //! | [`retry`] | the retrier that combines them, and the pure decision it is built on |
 //! | [`config`] | per-endpoint policy files (TOML, JSON), validated at load |
 //!
@@ -63,3 +64,4 @@ pub mod deadline;
 pub mod duration;
 pub mod health;
 pub mod retry;
+pub mod throttle;
