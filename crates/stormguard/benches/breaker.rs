@@ -30,6 +30,9 @@ use stormguard::classify::Outcome;
 use stormguard::clock::Clock;
 use tower::{Service, ServiceExt};
 
+/// One benchmark: runs the given number of calls.
+type Body<'a> = Box<dyn Fn(u64) + Sync + 'a>;
+
 const ELAPSED: Duration = Duration::from_micros(150);
 
 /// Runs `body(iters)` on each of `threads` threads at once and returns the slowest thread's
@@ -93,7 +96,7 @@ fn success_path(c: &mut Criterion) {
         tower::service_fn(ok),
     );
 
-    let bodies: Vec<(&str, Box<dyn Fn(u64) + Sync>)> = vec![
+    let bodies: Vec<(&str, Body<'_>)> = vec![
         (
             "bare_call",
             Box::new(|iters| {

@@ -60,7 +60,7 @@
 //! the totals only when they may have moved towards a threshold (a failed or slow call, a new
 //! bucket; see `CircuitBreaker::record`'s notes in the source). Failed and slow calls, probes
 //! and state changes take the breaker's mutex; a count-based window takes its own mutex on
-//! every record. `benches/breaker.rs` measures the healthy path against recloser, failsafe
+//! every record (and the breaker's only to open). `benches/breaker.rs` measures the healthy path against recloser, failsafe
 //! and tower-resilience.
 //!
 //! # Owned permits
@@ -853,7 +853,9 @@ impl<O: BreakerObserver> CircuitBreaker<O> {
     /// which changes the window's version — or the last look found the window so close to
     /// its thresholds that one more call could tip it (which ignores the minimum throughput,
     /// so it errs towards looking). Healthy calls only lower both ratios, so when neither
-    /// holds the totals are not read at all.
+    /// holds the totals are not read at all. A count-based window returns its totals with
+    /// every record (it computes them under its lock anyway), and the breaker's lock is taken
+    /// only when they open it.
     #[inline]
     fn record(&self, ticket: Ticket, outcome: Outcome, elapsed: Duration) {
         let recorded = self.window.record_call(outcome, elapsed);
@@ -863,11 +865,20 @@ impl<O: BreakerObserver> CircuitBreaker<O> {
                 // move the state machine.
                 return;
             }
-            if let Recorded::Version(version) = recorded {
-                let window = self.window.config();
-                let healthy = !window.is_failure(outcome) && !window.is_slow(elapsed);
-                if healthy && self.eval_token.load(Ordering::Acquire) == version {
-                    return;
+            match recorded {
+                Recorded::Version(version) => {
+                    let window = self.window.config();
+                    let healthy = !window.is_failure(outcome) && !window.is_slow(elapsed);
+                    if healthy && self.eval_token.load(Ordering::Acquire) == version {
+                        return;
+                    }
+                }
+                // A count-based window hands back its totals: decide without the lock
+                // unless they open the breaker.
+                Recorded::Totals(counts) => {
+                    if !self.config.should_open(&counts) {
+                        return;
+                    }
                 }
             }
         }

@@ -408,6 +408,9 @@ struct Ring {
     latency: Box<[u64; latency::BUCKETS]>,
 }
 
+// A window is made once per downstream and lives in an `Arc`: its size does not matter, and
+// boxing the time store would add a pointer chase to every record.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Store {
     Count(Mutex<Ring>),

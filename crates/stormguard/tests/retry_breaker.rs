@@ -73,10 +73,9 @@ async fn outage(breaker: Option<Arc<CircuitBreaker<Arc<Changes>>>>) -> Arc<Tally
     for caller in 0..CALLERS {
         let tally = Arc::clone(&tally);
         let breaker = breaker.clone();
-        let policy = policy.clone();
         tasks.push(tokio::spawn(async move {
             let with_breaker = breaker.map(|b| {
-                Retrier::new(policy.clone())
+                Retrier::new(policy)
                     .with_random(SeededRandom::new(caller))
                     .with_breaker(b)
             });

@@ -28,7 +28,7 @@ pub(crate) const BUCKETS: usize = (32 - SUB_BITS as usize + 1) * SUB_BUCKETS;
 #[inline]
 pub(crate) fn bucket_of(elapsed: Duration) -> usize {
     let secs = elapsed.as_secs();
-    let micros = if secs >= u64::from(u32::MAX) / 1_000_000 + 1 {
+    let micros = if secs > u64::from(u32::MAX) / 1_000_000 {
         u64::from(u32::MAX)
     } else {
         (secs * 1_000_000 + u64::from(elapsed.subsec_micros())).min(u64::from(u32::MAX))
