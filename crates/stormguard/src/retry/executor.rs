@@ -323,13 +323,8 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                 Ok(pass) => pass,
                 Err(open) => {
                     cancelled.armed = false;
-                    let sent = number - 1;
-                    self.observer.gave_up(sent, StopReason::BreakerOpen);
-                    return finish(
-                        Err(Failure::BreakerOpen(open)),
-                        sent,
-                        StopReason::BreakerOpen,
-                    );
+                    let (result, sent) = self.rejected(open, number);
+                    return finish(result, sent, StopReason::BreakerOpen);
                 }
             };
             cancelled.attempts = number;
@@ -406,6 +401,21 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                 }
             }
         }
+    }
+}
+
+impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<B, O, R, G> {
+    /// The breaker rejected attempt `number`: tell the observer, and say how many were sent.
+    #[cold]
+    #[inline(never)]
+    fn rejected<T, E>(
+        &self,
+        open: crate::breaker::BreakerOpen,
+        number: u32,
+    ) -> (Result<T, Failure<E>>, u32) {
+        let sent = number - 1;
+        self.observer.gave_up(sent, StopReason::BreakerOpen);
+        (Err(Failure::BreakerOpen(open)), sent)
     }
 }
 
