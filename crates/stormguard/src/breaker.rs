@@ -866,10 +866,8 @@ impl<O: BreakerObserver> CircuitBreaker<O> {
                 return;
             }
             match recorded {
-                Recorded::Version(version) => {
-                    let window = self.window.config();
-                    let healthy = !window.is_failure(outcome) && !window.is_slow(elapsed);
-                    if healthy && self.eval_token.load(Ordering::Acquire) == version {
+                Recorded::Version { version, bad } => {
+                    if !bad && self.eval_token.load(Ordering::Acquire) == version {
                         return;
                     }
                 }
@@ -893,7 +891,7 @@ impl<O: BreakerObserver> CircuitBreaker<O> {
             Phase::Closed if !ticket.probe => {
                 let (counts, version) = match rec {
                     Recorded::Totals(counts) => (counts, None),
-                    Recorded::Version(_) => {
+                    Recorded::Version { .. } => {
                         // Read the version before the totals: a change after this read makes
                         // the token stale.
                         let version = self.window.version();

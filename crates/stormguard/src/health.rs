@@ -423,7 +423,11 @@ enum Store {
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Recorded {
     Totals(HealthCounts),
-    Version(u64),
+    /// The window's version after the record, and whether the call was a failure or slow.
+    Version {
+        version: u64,
+        bad: bool,
+    },
 }
 
 /// A per-downstream sliding window of call outcomes and latencies.
@@ -525,10 +529,14 @@ impl HealthWindow {
             Store::Count(ring) => Recorded::Totals(self.record_in_ring(ring, call, bucket)),
             Store::Time(store) => {
                 store.record(self.millis.now(), call, bucket);
-                if call.is_bad() {
+                let bad = call.is_bad();
+                if bad {
                     store.version().fetch_add(1, Ordering::Release);
                 }
-                Recorded::Version(store.version().load(Ordering::Acquire))
+                Recorded::Version {
+                    version: store.version().load(Ordering::Acquire),
+                    bad,
+                }
             }
         }
     }
