@@ -287,6 +287,7 @@ mod standin {
                 result.map_err(|err| match err.into_last() {
                     Failure::Error(err) => err,
                     Failure::TimedOut(after) => format!("attempt timed out after {after:?}").into(),
+                    Failure::BreakerOpen(open) => open.into(),
                 })
             })
         }

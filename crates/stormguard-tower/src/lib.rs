@@ -5,11 +5,20 @@
 //! retries the chain may send (only one layer retries; a response marked
 //! `X-Retry-Exhausted: true` is never retried again upstream). The layers here put the core's
 //! decisions at the edges of a hyper, axum, tonic or reqwest service.
+//!
+//! | layer | what it does |
+//! | --- | --- |
+//! | [`breaker::CircuitBreakerLayer`] | fails calls fast while a shared circuit breaker is open; records every call's outcome and latency in its window |
+//! | [`throttle::AdaptiveThrottleLayer`] | rejects requests locally in proportion to the backend's refusals (Google SRE adaptive throttling) |
 
+pub mod breaker;
 pub mod deadline;
-pub mod metric_names;
 pub mod fault;
 pub mod hedge;
+pub mod http_status;
+pub mod metric_names;
+pub mod reject;
+pub mod throttle;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 

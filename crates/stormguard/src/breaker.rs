@@ -54,10 +54,21 @@
 //!
 //! # Cost
 //!
-//! Admission and recording each take one short mutex (the breaker's state, then the window's).
-//! Neither lock is exposed, so a lock-free fast path for the closed state can replace them
-//! without changing the API.
+//! A closed breaker admits a call with one atomic load. Recording a healthy call on a
+//! closed breaker over a time-based window takes no lock either: the window records it in the
+//! recording thread's own shard (see [`health`](crate::health#cost)), and the breaker looks at
+//! the totals only when they may have moved towards a threshold (a failed or slow call, a new
+//! bucket; see `CircuitBreaker::record`'s notes in the source). Failed and slow calls, probes
+//! and state changes take the breaker's mutex; a count-based window takes its own mutex on
+//! every record (and the breaker's only to open). `benches/breaker.rs` measures the healthy path against recloser, failsafe
+//! and tower-resilience.
+//!
+//! # Owned permits
+//!
+//! [`CircuitBreaker::try_acquire_owned`] gives an [`OwnedPermit`] holding an [`Arc`] of the
+//! breaker, for futures that must be `'static` (tower services).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -66,7 +77,9 @@ use rand::{RngCore, SeedableRng};
 
 use crate::classify::Outcome;
 use crate::clock::Clock;
-use crate::health::{HealthConfig, HealthCounts, HealthWindow, InvalidConfig, Problem, WindowKind};
+use crate::health::{
+    HealthConfig, HealthCounts, HealthWindow, InvalidConfig, Problem, Recorded, WindowKind,
+};
 
 /// The breaker's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -523,6 +536,27 @@ struct Core {
     rng: SmallRng,
 }
 
+/// The lock-free mirror of the breaker's phase: the phase in the low bits, the epoch above.
+const PHASE_BITS: u32 = 2;
+const PHASE_MASK: u64 = (1 << PHASE_BITS) - 1;
+const CLOSED: u64 = 0;
+const OPEN: u64 = 1;
+const HALF_OPEN: u64 = 2;
+const ISOLATED: u64 = 3;
+/// No evaluation of the closed state is current (see `CircuitBreaker::record`).
+const NO_TOKEN: u64 = u64::MAX;
+
+impl Phase {
+    const fn code(self) -> u64 {
+        match self {
+            Phase::Closed => CLOSED,
+            Phase::Open { .. } => OPEN,
+            Phase::HalfOpen { .. } => HALF_OPEN,
+            Phase::Isolated => ISOLATED,
+        }
+    }
+}
+
 /// A circuit breaker over a (possibly shared) [`HealthWindow`].
 ///
 /// `Send + Sync`; share it in an [`Arc`] between the callers of one downstream.
@@ -559,6 +593,11 @@ struct Core {
 pub struct CircuitBreaker<O = ()> {
     config: BreakerConfig,
     window: Arc<HealthWindow>,
+    /// `phase code | epoch << PHASE_BITS`, written under `core`'s lock, read without it.
+    state: AtomicU64,
+    /// The window version at which the closed state was last evaluated and found unable to
+    /// open on a healthy call, or [`NO_TOKEN`].
+    eval_token: AtomicU64,
     core: Mutex<Core>,
     observer: O,
 }
@@ -607,6 +646,8 @@ impl CircuitBreaker {
         CircuitBreaker {
             config,
             window,
+            state: AtomicU64::new(CLOSED),
+            eval_token: AtomicU64::new(NO_TOKEN),
             core: Mutex::new(Core {
                 phase: Phase::Closed,
                 epoch: 0,
@@ -618,12 +659,21 @@ impl CircuitBreaker {
     }
 }
 
+/// What a permit remembers: whether it is a probe, and of which half-open period.
+#[derive(Clone, Copy, Debug)]
+struct Ticket {
+    probe: bool,
+    epoch: u64,
+}
+
 impl<O: BreakerObserver> CircuitBreaker<O> {
     /// Reports events to `observer` instead.
     pub fn with_observer<P: BreakerObserver>(self, observer: P) -> CircuitBreaker<P> {
         CircuitBreaker {
             config: self.config,
             window: self.window,
+            state: self.state,
+            eval_token: self.eval_token,
             core: self.core,
             observer,
         }
@@ -645,14 +695,72 @@ impl<O: BreakerObserver> CircuitBreaker<O> {
         &self.window
     }
 
-    /// The current state. An open breaker whose open duration has passed still reports
-    /// [`BreakerState::Open`] until the next [`try_acquire`](Self::try_acquire).
+    /// The current state (one atomic load). An open breaker whose open duration has passed
+    /// still reports [`BreakerState::Open`] until the next [`try_acquire`](Self::try_acquire).
     pub fn state(&self) -> BreakerState {
-        self.lock().phase.state()
+        match self.state.load(Ordering::Acquire) & PHASE_MASK {
+            CLOSED => BreakerState::Closed,
+            OPEN => BreakerState::Open,
+            HALF_OPEN => BreakerState::HalfOpen,
+            _ => BreakerState::Isolated,
+        }
     }
 
     /// Admits a call, or rejects it. Record the call's outcome on the returned [`Permit`].
+    ///
+    /// A closed breaker admits with one atomic load and no lock.
+    #[inline]
     pub fn try_acquire(&self) -> Result<Permit<'_, O>, BreakerOpen> {
+        let ticket = self.acquire()?;
+        Ok(Permit {
+            breaker: self,
+            ticket,
+            done: false,
+        })
+    }
+
+    /// [`try_acquire`](Self::try_acquire) for a breaker in an [`Arc`]: the permit owns a
+    /// reference to the breaker, so it can travel in a `'static` future (a tower service's
+    /// response future, a spawned task).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use stormguard::breaker::{BreakerConfig, CircuitBreaker};
+    /// use stormguard::classify::Outcome;
+    /// use stormguard::clock::Clock;
+    ///
+    /// let breaker = Arc::new(CircuitBreaker::new(BreakerConfig::seeds_default(), Clock::system()).unwrap());
+    /// let permit = breaker.try_acquire_owned().unwrap();
+    /// std::thread::spawn(move || permit.record(Outcome::Success, Duration::from_millis(3)))
+    ///     .join()
+    ///     .unwrap();
+    /// assert_eq!(breaker.window().snapshot().successes, 1);
+    /// ```
+    #[inline]
+    pub fn try_acquire_owned(self: &Arc<Self>) -> Result<OwnedPermit<O>, BreakerOpen> {
+        let ticket = self.acquire()?;
+        Ok(OwnedPermit {
+            breaker: Arc::clone(self),
+            ticket,
+            done: false,
+        })
+    }
+
+    #[inline]
+    fn acquire(&self) -> Result<Ticket, BreakerOpen> {
+        let state = self.state.load(Ordering::Acquire);
+        if state & PHASE_MASK == CLOSED {
+            return Ok(Ticket {
+                probe: false,
+                epoch: state >> PHASE_BITS,
+            });
+        }
+        self.acquire_slow()
+    }
+
+    #[cold]
+    fn acquire_slow(&self) -> Result<Ticket, BreakerOpen> {
         let mut core = self.lock();
         let hint = self.config.open_duration;
         let (result, event) = match core.phase {
@@ -711,12 +819,7 @@ impl<O: BreakerObserver> CircuitBreaker<O> {
             self.observer.state_changed(&event);
         }
         match result {
-            Ok(probe) => Ok(Permit {
-                breaker: self,
-                probe,
-                epoch,
-                done: false,
-            }),
+            Ok(probe) => Ok(Ticket { probe, epoch }),
             Err(rejected) => {
                 self.observer.call_rejected(&rejected);
                 Err(rejected)
@@ -742,12 +845,59 @@ impl<O: BreakerObserver> CircuitBreaker<O> {
         self.observer.state_changed(&event);
     }
 
-    fn record(&self, probe: bool, epoch: u64, outcome: Outcome, elapsed: Duration) {
-        let counts = self.window.record(outcome, elapsed);
+    /// Records a call admitted with `ticket`.
+    ///
+    /// The fast path: a healthy call (neither a failure nor slow) on a closed breaker over a
+    /// time-based window cannot open the breaker unless the totals changed in some other way
+    /// since they were last looked at — a failed or slow call, a new bucket, a reset, each of
+    /// which changes the window's version — or the last look found the window so close to
+    /// its thresholds that one more call could tip it (which ignores the minimum throughput,
+    /// so it errs towards looking). Healthy calls only lower both ratios, so when neither
+    /// holds the totals are not read at all. A count-based window returns its totals with
+    /// every record (it computes them under its lock anyway), and the breaker's lock is taken
+    /// only when they open it.
+    #[inline]
+    fn record(&self, ticket: Ticket, outcome: Outcome, elapsed: Duration) {
+        let recorded = self.window.record_call(outcome, elapsed);
+        if !ticket.probe {
+            if self.state.load(Ordering::Acquire) & PHASE_MASK != CLOSED {
+                // A call admitted in an earlier state: it is in the window, but it does not
+                // move the state machine.
+                return;
+            }
+            match recorded {
+                Recorded::Version { version, bad } => {
+                    if !bad && self.eval_token.load(Ordering::Acquire) == version {
+                        return;
+                    }
+                }
+                // A count-based window hands back its totals: decide without the lock
+                // unless they open the breaker.
+                Recorded::Totals(counts) => {
+                    if !self.config.should_open(&counts) {
+                        return;
+                    }
+                }
+            }
+        }
+        self.record_slow(ticket, outcome, elapsed, recorded);
+    }
+
+    #[cold]
+    fn record_slow(&self, ticket: Ticket, outcome: Outcome, elapsed: Duration, rec: Recorded) {
         let bad = self.config.window.is_failure(outcome) || self.config.window.is_slow(elapsed);
         let mut core = self.lock();
         let event = match core.phase {
-            Phase::Closed if !probe => {
+            Phase::Closed if !ticket.probe => {
+                let (counts, version) = match rec {
+                    Recorded::Totals(counts) => (counts, None),
+                    Recorded::Version { .. } => {
+                        // Read the version before the totals: a change after this read makes
+                        // the token stale.
+                        let version = self.window.version();
+                        (self.window.snapshot(), Some(version))
+                    }
+                };
                 if self.config.should_open(&counts) {
                     let cause = if self
                         .config
@@ -760,13 +910,18 @@ impl<O: BreakerObserver> CircuitBreaker<O> {
                     };
                     Some(self.open(&mut core, cause, Some(counts)))
                 } else {
+                    let token = match version {
+                        Some(v) if !self.one_more_call_could_open(&counts) => v,
+                        _ => NO_TOKEN,
+                    };
+                    self.eval_token.store(token, Ordering::Release);
                     None
                 }
             }
             Phase::HalfOpen {
                 admitted,
                 succeeded,
-            } if probe && epoch == core.epoch => {
+            } if ticket.probe && ticket.epoch == core.epoch => {
                 if bad {
                     Some(self.open(&mut core, Cause::ProbeFailed, None))
                 } else if succeeded + 1 >= self.config.permitted_probes {
@@ -797,8 +952,20 @@ impl<O: BreakerObserver> CircuitBreaker<O> {
         }
     }
 
-    fn abandon(&self, probe: bool, epoch: u64) {
-        if !probe {
+    /// Whether the ratios with one more call added (a healthy one: the best case for the
+    /// breaker) still cross a threshold. Healthy calls only lower the ratios, so when this is
+    /// false no run of healthy calls can open the breaker.
+    fn one_more_call_could_open(&self, counts: &HealthCounts) -> bool {
+        let calls = counts.calls as f64 + 1.0;
+        let c = &self.config;
+        c.comparison
+            .crosses(counts.failures as f64 / calls, c.failure_ratio)
+            || c.comparison
+                .crosses(counts.slow as f64 / calls, c.slow_call_ratio)
+    }
+
+    fn abandon(&self, ticket: Ticket) {
+        if !ticket.probe {
             return;
         }
         let mut core = self.lock();
@@ -807,7 +974,7 @@ impl<O: BreakerObserver> CircuitBreaker<O> {
             succeeded,
         } = core.phase
         {
-            if core.epoch == epoch {
+            if core.epoch == ticket.epoch {
                 core.phase = Phase::HalfOpen {
                     admitted: admitted.saturating_sub(1),
                     succeeded,
@@ -856,7 +1023,10 @@ impl<O: BreakerObserver> CircuitBreaker<O> {
     ) -> StateChange {
         let from = core.phase.state();
         core.phase = to;
-        core.epoch = core.epoch.wrapping_add(1);
+        core.epoch = core.epoch.wrapping_add(1) & (u64::MAX >> PHASE_BITS);
+        self.eval_token.store(NO_TOKEN, Ordering::Release);
+        self.state
+            .store(to.code() | (core.epoch << PHASE_BITS), Ordering::Release);
         StateChange {
             from,
             to: to.state(),
@@ -880,29 +1050,68 @@ impl<O: BreakerObserver> CircuitBreaker<O> {
 #[must_use = "record the call's outcome with Permit::record"]
 pub struct Permit<'a, O: BreakerObserver = ()> {
     breaker: &'a CircuitBreaker<O>,
-    probe: bool,
-    epoch: u64,
+    ticket: Ticket,
     done: bool,
 }
 
 impl<O: BreakerObserver> Permit<'_, O> {
     /// Records the call's outcome and how long it took.
+    #[inline]
     pub fn record(mut self, outcome: Outcome, elapsed: Duration) {
         self.done = true;
-        self.breaker
-            .record(self.probe, self.epoch, outcome, elapsed);
+        self.breaker.record(self.ticket, outcome, elapsed);
     }
 
     /// Whether this call is a half-open probe.
     pub fn is_probe(&self) -> bool {
-        self.probe
+        self.ticket.probe
     }
 }
 
 impl<O: BreakerObserver> Drop for Permit<'_, O> {
+    #[inline]
     fn drop(&mut self) {
         if !self.done {
-            self.breaker.abandon(self.probe, self.epoch);
+            self.breaker.abandon(self.ticket);
+        }
+    }
+}
+
+/// A [`Permit`] that owns a reference to its breaker: from
+/// [`CircuitBreaker::try_acquire_owned`]. Same rules: record the outcome, or drop it to
+/// abandon the call.
+#[derive(Debug)]
+#[must_use = "record the call's outcome with OwnedPermit::record"]
+pub struct OwnedPermit<O: BreakerObserver = ()> {
+    breaker: Arc<CircuitBreaker<O>>,
+    ticket: Ticket,
+    done: bool,
+}
+
+impl<O: BreakerObserver> OwnedPermit<O> {
+    /// Records the call's outcome and how long it took.
+    #[inline]
+    pub fn record(mut self, outcome: Outcome, elapsed: Duration) {
+        self.done = true;
+        self.breaker.record(self.ticket, outcome, elapsed);
+    }
+
+    /// Whether this call is a half-open probe.
+    pub fn is_probe(&self) -> bool {
+        self.ticket.probe
+    }
+
+    /// The breaker this permit belongs to.
+    pub fn breaker(&self) -> &Arc<CircuitBreaker<O>> {
+        &self.breaker
+    }
+}
+
+impl<O: BreakerObserver> Drop for OwnedPermit<O> {
+    #[inline]
+    fn drop(&mut self) {
+        if !self.done {
+            self.breaker.abandon(self.ticket);
         }
     }
 }

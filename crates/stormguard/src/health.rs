@@ -45,21 +45,40 @@
 //!   [`CoarseMillis`] counter; the window covers the current bucket and the `buckets − 1`
 //!   before it, so it holds between `T − T/buckets` and `T` of history.
 //!
-//! # Why a mutex?
+//! # Latency
 //!
-//! A count-based window must *evict* the call that falls out of the ring when a new one
-//! arrives, and the eviction and the insertion must agree on the totals; doing both with
-//! independent atomics lets a reader see totals that never existed (and the breaker's "opens
-//! exactly when the thresholds say" then no longer holds). One short uncontended
-//! [`Mutex`] per record keeps the totals exact and the code obviously right. The public API
-//! ([`HealthWindow::record`], [`HealthWindow::snapshot`]) does not expose the lock, so it can be
-//! replaced by per-core shards later without changing callers.
+//! Every call's elapsed time also goes into a log-linear histogram per bucket (see
+//! [`latency`]), so the same window answers "what is p99 of the recent calls?"
+//! ([`HealthWindow::latency_percentile`]) for a hedging delay or a dashboard.
+//!
+//! # Cost
+//!
+//! A **time-based** window is built for the hot path: each recording thread owns the counts
+//! of the current bucket (see the `time` module's notes), so a healthy call is recorded with
+//! a few plain loads and stores and no lock, and two threads recording at once do not slow
+//! each other down. Reading ([`HealthWindow::snapshot`]) locks the history and adds up the
+//! live buckets and the recording threads' current ones. Memory: about 1 KiB per bucket plus
+//! about 0.6 KiB per thread that has recorded.
+//!
+//! A **count-based** window must *evict* the call that falls out of the ring when a new one
+//! arrives, and the eviction and the insertion must agree on the totals, in one global order
+//! of calls; it keeps one short mutex per record, which keeps the totals exact and the code
+//! obviously right, at the price of a lock on every call. Prefer a time-based window for a
+//! downstream that sees many calls per second from many threads.
+//!
+//! Neither kind exposes its synchronisation, so either can change without changing callers.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::classify::Outcome;
 use crate::clock::{Clock, CoarseMillis};
+
+pub mod latency;
+mod time;
+
+use time::TimeStore;
 
 /// The largest count-based window, in calls.
 pub const MAX_WINDOW_CALLS: u32 = 1_000_000;
@@ -353,6 +372,11 @@ impl Call {
         Call(class | failure | slow)
     }
 
+    /// A health failure or a slow call: a call that may move a breaker.
+    const fn is_bad(self) -> bool {
+        self.0 & (FAILURE | SLOW) != 0
+    }
+
     fn counts(self) -> HealthCounts {
         let mut c = HealthCounts {
             calls: 1,
@@ -371,21 +395,38 @@ impl Call {
     }
 }
 
-const EMPTY_EPOCH: u64 = u64::MAX;
-
+/// A count-based window: the last `calls` calls in a ring, with running totals.
 #[derive(Debug)]
-enum Inner {
-    Count {
-        ring: Vec<Call>,
-        /// Where the next call goes.
-        next: usize,
-        /// How many slots hold a call.
-        len: usize,
-        totals: HealthCounts,
-    },
-    Time {
-        /// `(bucket number, counts)`; the bucket number is `millis / bucket_ms`.
-        buckets: Vec<(u64, HealthCounts)>,
+struct Ring {
+    /// Each call and its latency bucket.
+    calls: Vec<(Call, u8)>,
+    /// Where the next call goes.
+    next: usize,
+    /// How many slots hold a call.
+    len: usize,
+    totals: HealthCounts,
+    latency: Box<[u64; latency::BUCKETS]>,
+}
+
+// A window is made once per downstream and lives in an `Arc`: its size does not matter, and
+// boxing the time store would add a pointer chase to every record.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+enum Store {
+    Count(Mutex<Ring>),
+    Time(TimeStore),
+}
+
+/// What a record tells the breaker: the totals (count-based windows compute them under the
+/// same lock anyway) or the window's version (time-based windows, see
+/// [`HealthWindow::version`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Recorded {
+    Totals(HealthCounts),
+    /// The window's version after the record, and whether the call was a failure or slow.
+    Version {
+        version: u64,
+        bad: bool,
     },
 }
 
@@ -409,17 +450,19 @@ enum Inner {
 /// window.record(Outcome::Retryable, Duration::from_secs(2));
 /// let counts = window.snapshot();
 /// assert_eq!((counts.calls, counts.failures, counts.slow), (2, 1, 1));
+/// // The median of 20 ms and 2 s is the first of them (to within a quarter).
+/// let p50 = window.latency_percentile(0.5).unwrap();
+/// assert!(p50 >= Duration::from_millis(20) && p50 < Duration::from_millis(25));
 ///
 /// clock.advance(Duration::from_secs(11));
 /// assert_eq!(window.snapshot().calls, 0);
+/// assert_eq!(window.latency_percentile(0.5), None);
 /// ```
 #[derive(Debug)]
 pub struct HealthWindow {
     config: HealthConfig,
     millis: CoarseMillis,
-    /// Bucket length for time-based windows (1 for count-based, unused).
-    bucket_ms: u64,
-    inner: Mutex<Inner>,
+    store: Store,
 }
 
 impl HealthWindow {
@@ -431,31 +474,24 @@ impl HealthWindow {
 
     /// Builds a window from a configuration already known to be valid (a preset).
     pub(crate) fn build(config: HealthConfig, clock: Clock) -> Self {
-        let (bucket_ms, inner) = match config.kind {
-            WindowKind::Count { calls } => (
-                1,
-                Inner::Count {
-                    ring: vec![Call(0); calls as usize],
-                    next: 0,
-                    len: 0,
-                    totals: HealthCounts::default(),
-                },
-            ),
+        let store = match config.kind {
+            WindowKind::Count { calls } => Store::Count(Mutex::new(Ring {
+                calls: vec![(Call(0), 0); calls as usize],
+                next: 0,
+                len: 0,
+                totals: HealthCounts::default(),
+                latency: Box::new([0; latency::BUCKETS]),
+            })),
             WindowKind::Time { length, buckets } => {
                 let length_ms = u64::try_from(length.as_millis()).unwrap_or(u64::MAX);
-                (
-                    (length_ms / u64::from(buckets)).max(1),
-                    Inner::Time {
-                        buckets: vec![(EMPTY_EPOCH, HealthCounts::default()); buckets as usize],
-                    },
-                )
+                let bucket_ms = (length_ms / u64::from(buckets)).max(1);
+                Store::Time(TimeStore::new(bucket_ms, buckets))
             }
         };
         HealthWindow {
             config,
             millis: CoarseMillis::new(clock),
-            bucket_ms,
-            inner: Mutex::new(inner),
+            store,
         }
     }
 
@@ -474,90 +510,165 @@ impl HealthWindow {
         self.millis.now()
     }
 
-    /// Records one call (one attempt: see the [module documentation](self#what-is-a-call)) and
-    /// returns the window's totals including it.
-    pub fn record(&self, outcome: Outcome, elapsed: Duration) -> HealthCounts {
+    /// Records one call (one attempt: see the [module documentation](self#what-is-a-call)).
+    ///
+    /// On a time-based window this is a handful of uncontended loads and stores (see
+    /// [cost](self#cost)); read the totals with [`snapshot`](Self::snapshot).
+    #[inline]
+    pub fn record(&self, outcome: Outcome, elapsed: Duration) {
+        let _ = self.record_call(outcome, elapsed);
+    }
+
+    /// Records one call and tells the breaker what it needs to decide whether to look at the
+    /// totals.
+    #[inline]
+    pub(crate) fn record_call(&self, outcome: Outcome, elapsed: Duration) -> Recorded {
         let call = Call::new(&self.config, outcome, elapsed);
-        let mut inner = self.lock();
-        // Read the time under the lock, so that records reach the buckets in time order and a
-        // late writer can never reset a newer bucket.
-        let epoch = self.millis.now() / self.bucket_ms;
-        match &mut *inner {
-            Inner::Count {
-                ring,
-                next,
-                len,
-                totals,
-            } => {
-                if *len == ring.len() {
-                    totals.sub(&ring[*next].counts());
-                } else {
-                    *len += 1;
+        let bucket = latency::bucket_of(elapsed);
+        match &self.store {
+            Store::Count(ring) => Recorded::Totals(self.record_in_ring(ring, call, bucket)),
+            Store::Time(store) => {
+                store.record(self.millis.now(), call, bucket);
+                let bad = call.is_bad();
+                if bad {
+                    store.version().fetch_add(1, Ordering::Release);
                 }
-                ring[*next] = call;
-                *next = (*next + 1) % ring.len();
-                totals.add(&call.counts());
-                *totals
-            }
-            Inner::Time { buckets } => {
-                let n = buckets.len();
-                let slot = &mut buckets[(epoch % n as u64) as usize];
-                if slot.0 != epoch {
-                    *slot = (epoch, HealthCounts::default());
+                Recorded::Version {
+                    version: store.version().load(Ordering::Acquire),
+                    bad,
                 }
-                slot.1.add(&call.counts());
-                sum_buckets(buckets, epoch)
             }
         }
     }
 
+    fn record_in_ring(&self, ring: &Mutex<Ring>, call: Call, bucket: usize) -> HealthCounts {
+        let mut ring = lock(ring);
+        let Ring {
+            calls,
+            next,
+            len,
+            totals,
+            latency,
+        } = &mut *ring;
+        if *len == calls.len() {
+            let (old, old_bucket) = calls[*next];
+            totals.sub(&old.counts());
+            latency[usize::from(old_bucket)] -= 1;
+        } else {
+            *len += 1;
+        }
+        // `bucket < latency::BUCKETS <= 256`.
+        calls[*next] = (call, bucket as u8);
+        *next = (*next + 1) % calls.len();
+        totals.add(&call.counts());
+        latency[bucket] += 1;
+        *totals
+    }
+
     /// The window's current totals.
     pub fn snapshot(&self) -> HealthCounts {
-        let epoch = self.millis.now() / self.bucket_ms;
-        let inner = self.lock();
-        match &*inner {
-            Inner::Count { totals, .. } => *totals,
-            Inner::Time { buckets } => sum_buckets(buckets, epoch),
+        match &self.store {
+            Store::Count(ring) => lock(ring).totals,
+            Store::Time(store) => store
+                .totals(self.millis.now(), false)
+                .health(self.config.never_retry_is_failure),
+        }
+    }
+
+    /// The `q`-quantile (`0.5` for the median, `0.99` for p99) of the latencies of the calls
+    /// in the window, whatever their outcome; `None` when the window is empty or `q` is not a
+    /// number in `0..=1`.
+    ///
+    /// The answer is the highest latency of the histogram bucket holding the call of rank
+    /// ⌈q·calls⌉ (at least 1): never below the true quantile, and at most 25 % (or 1 µs) above
+    /// it. Latencies are kept in whole microseconds up to
+    /// [`MAX_LATENCY`](latency::MAX_LATENCY); see [`latency`].
+    ///
+    /// Reading adds up every live bucket (and, for a time-based window, every recording
+    /// thread's current one); to read several quantiles at once take a
+    /// [`latency_snapshot`](Self::latency_snapshot).
+    pub fn latency_percentile(&self, q: f64) -> Option<Duration> {
+        self.latency_snapshot().percentile(q)
+    }
+
+    /// The latency histogram of the calls in the window.
+    pub fn latency_snapshot(&self) -> LatencySnapshot {
+        let counts = match &self.store {
+            Store::Count(ring) => lock(ring).latency.clone(),
+            Store::Time(store) => match store.totals(self.millis.now(), true).into_latency() {
+                Some(latency) => latency,
+                None => Box::new([0; latency::BUCKETS]),
+            },
+        };
+        LatencySnapshot { counts }
+    }
+
+    /// A number that changes whenever a time-based window's totals may have changed other
+    /// than by a call that is neither a failure nor slow: a failed or slow call, a new
+    /// bucket, a reset. The breaker reads it to skip looking at the totals after a healthy
+    /// call when nothing else changed. Count-based windows always report 0.
+    pub(crate) fn version(&self) -> u64 {
+        match &self.store {
+            Store::Count(_) => 0,
+            Store::Time(store) => store.version().load(Ordering::Acquire),
         }
     }
 
     /// Forgets every recorded call (the breaker does this when it closes: the calls before
     /// an outage say nothing about the downstream after it).
     pub fn reset(&self) {
-        let mut inner = self.lock();
-        match &mut *inner {
-            Inner::Count {
-                next, len, totals, ..
-            } => {
-                *next = 0;
-                *len = 0;
-                *totals = HealthCounts::default();
+        match &self.store {
+            Store::Count(ring) => {
+                let mut ring = lock(ring);
+                ring.next = 0;
+                ring.len = 0;
+                ring.totals = HealthCounts::default();
+                ring.latency.fill(0);
             }
-            Inner::Time { buckets } => {
-                for b in buckets.iter_mut() {
-                    *b = (EMPTY_EPOCH, HealthCounts::default());
-                }
-            }
+            Store::Time(store) => store.reset(),
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // No code panics while holding the lock, so a poisoned lock still holds consistent
-        // totals.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// Sums the buckets that are among the last `buckets.len()` bucket numbers up to `epoch`.
-fn sum_buckets(buckets: &[(u64, HealthCounts)], epoch: u64) -> HealthCounts {
-    let n = buckets.len() as u64;
-    let mut sum = HealthCounts::default();
-    for (b_epoch, counts) in buckets {
-        if *b_epoch != EMPTY_EPOCH && *b_epoch <= epoch && epoch - *b_epoch < n {
-            sum.add(counts);
-        }
+/// A copy of a window's latency histogram, to read several quantiles from one snapshot.
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard::classify::Outcome;
+/// use stormguard::clock::ManualClock;
+/// use stormguard::health::{HealthConfig, HealthWindow};
+///
+/// let window = HealthWindow::new(HealthConfig::count(100), ManualClock::new().clock()).unwrap();
+/// for ms in 1..=100 {
+///     window.record(Outcome::Success, Duration::from_millis(ms));
+/// }
+/// let latency = window.latency_snapshot();
+/// assert_eq!(latency.calls(), 100);
+/// let (p50, p99) = (latency.percentile(0.5).unwrap(), latency.percentile(0.99).unwrap());
+/// assert!(p50 >= Duration::from_millis(50) && p50 <= Duration::from_micros(62_500));
+/// assert!(p99 >= Duration::from_millis(99) && p99 <= Duration::from_micros(123_750));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LatencySnapshot {
+    counts: Box<[u64; latency::BUCKETS]>,
+}
+
+impl LatencySnapshot {
+    /// Calls in the histogram.
+    pub fn calls(&self) -> u64 {
+        self.counts.iter().sum()
     }
-    sum
+
+    /// The `q`-quantile, as [`HealthWindow::latency_percentile`] computes it.
+    pub fn percentile(&self, q: f64) -> Option<Duration> {
+        latency::quantile(&self.counts, q)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // No code panics while holding these locks, so a poisoned lock still holds consistent
+    // totals.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]
@@ -574,6 +685,12 @@ mod tests {
             3 => Outcome::InDoubt,
             _ => Outcome::NeverRetry,
         }
+    }
+
+    /// Records and reads the totals back.
+    fn rec(w: &HealthWindow, outcome: Outcome, elapsed: Duration) -> HealthCounts {
+        w.record(outcome, elapsed);
+        w.snapshot()
     }
 
     fn model_counts(config: &HealthConfig, calls: &[(Outcome, Duration)]) -> HealthCounts {
@@ -639,23 +756,23 @@ mod tests {
     fn never_retry_is_a_call_but_not_a_failure_by_default() {
         let clock = ManualClock::new();
         let w = HealthWindow::new(HealthConfig::count(10), clock.clock()).expect("must succeed");
-        let c = w.record(Outcome::NeverRetry, Duration::ZERO);
+        let c = rec(&w, Outcome::NeverRetry, Duration::ZERO);
         assert_eq!((c.calls, c.never_retry, c.failures), (1, 1, 0));
         let w = HealthWindow::new(
             HealthConfig::count(10).with_never_retry_as_failure(true),
             clock.clock(),
         )
         .expect("must succeed");
-        assert_eq!(w.record(Outcome::NeverRetry, Duration::ZERO).failures, 1);
+        assert_eq!(rec(&w, Outcome::NeverRetry, Duration::ZERO).failures, 1);
     }
 
     #[test]
     fn slow_means_strictly_longer_than_the_threshold() {
         let config = HealthConfig::count(10).with_slow_call_threshold(Duration::from_secs(1));
         let w = HealthWindow::new(config, ManualClock::new().clock()).expect("must succeed");
-        assert_eq!(w.record(Outcome::Success, Duration::from_secs(1)).slow, 0);
+        assert_eq!(rec(&w, Outcome::Success, Duration::from_secs(1)).slow, 0);
         assert_eq!(
-            w.record(Outcome::InDoubt, Duration::from_millis(1001)).slow,
+            rec(&w, Outcome::InDoubt, Duration::from_millis(1001)).slow,
             1
         );
     }
@@ -668,9 +785,9 @@ mod tests {
             clock.clock(),
         )
         .expect("must succeed");
-        w.record(Outcome::Retryable, Duration::ZERO); // bucket 0
+        rec(&w, Outcome::Retryable, Duration::ZERO); // bucket 0
         clock.advance(Duration::from_millis(9_999)); // bucket 9: bucket 0 still inside
-        w.record(Outcome::Success, Duration::ZERO);
+        rec(&w, Outcome::Success, Duration::ZERO);
         assert_eq!(w.snapshot().calls, 2);
         clock.advance(Duration::from_millis(1)); // bucket 10: bucket 0 falls out
         assert_eq!(
@@ -685,6 +802,81 @@ mod tests {
     fn window_is_send_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<HealthWindow>();
+    }
+
+    #[test]
+    fn time_window_counts_every_threads_calls_once() {
+        const THREADS: usize = 4;
+        const CALLS: usize = 1_000;
+        let clock = ManualClock::new();
+        let w = HealthWindow::new(
+            HealthConfig::time(Duration::from_secs(10), 10),
+            clock.clock(),
+        )
+        .expect("must succeed");
+        let record_all = |w: &HealthWindow| {
+            std::thread::scope(|s| {
+                for t in 0..THREADS {
+                    s.spawn(move || {
+                        for i in 0..CALLS {
+                            w.record(outcome((i + t) as u8), Duration::from_millis(i as u64));
+                        }
+                    });
+                }
+            })
+        };
+        record_all(&w);
+        let all: Vec<_> = (0..THREADS)
+            .flat_map(|t| {
+                (0..CALLS).map(move |i| (outcome((i + t) as u8), Duration::from_millis(i as u64)))
+            })
+            .collect();
+        let mut expected = model_counts(w.config(), &all);
+        assert_eq!(w.snapshot(), expected);
+        assert_eq!(w.latency_snapshot().calls(), (THREADS * CALLS) as u64);
+
+        // A new bucket: only this thread moves its shard into the history; the others' stay
+        // live in their shards. Nothing is counted twice or lost.
+        clock.advance(Duration::from_secs(1));
+        w.record(Outcome::Success, Duration::ZERO);
+        expected.add(&model_counts(
+            w.config(),
+            &[(Outcome::Success, Duration::ZERO)],
+        ));
+        assert_eq!(w.snapshot(), expected);
+
+        // A reset forgets every thread's counts, and new records count from zero.
+        w.reset();
+        assert_eq!(w.snapshot(), HealthCounts::default());
+        assert_eq!(w.latency_percentile(0.5), None);
+        record_all(&w);
+        assert_eq!(w.snapshot().calls, (THREADS * CALLS) as u64);
+
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(w.snapshot(), HealthCounts::default());
+    }
+
+    #[test]
+    fn percentiles_cover_the_live_calls_only() {
+        let clock = ManualClock::new();
+        let w = HealthWindow::new(HealthConfig::time(Duration::from_secs(2), 2), clock.clock())
+            .expect("must succeed");
+        for _ in 0..10 {
+            w.record(Outcome::Success, Duration::from_secs(5));
+        }
+        clock.advance(Duration::from_secs(1));
+        for _ in 0..90 {
+            w.record(Outcome::Success, Duration::from_millis(1));
+        }
+        let p50 = w.latency_percentile(0.5).expect("calls");
+        assert!(p50 >= Duration::from_millis(1) && p50 < Duration::from_micros(1_250));
+        let p95 = w.latency_percentile(0.95).expect("calls");
+        assert!(p95 >= Duration::from_secs(5) && p95 < Duration::from_millis(6_250));
+        clock.advance(Duration::from_secs(1));
+        // The slow bucket has left the window.
+        let p95 = w.latency_percentile(0.95).expect("calls");
+        assert!(p95 < Duration::from_micros(1_250));
+        assert_eq!(w.latency_percentile(f64::NAN), None);
     }
 
     proptest! {
@@ -702,9 +894,45 @@ mod tests {
             for (o, ms) in calls {
                 let call = (outcome(o), Duration::from_millis(ms));
                 seen.push(call);
-                let got = w.record(call.0, call.1);
+                let got = rec(&w, call.0, call.1);
                 let start = seen.len().saturating_sub(size as usize);
                 prop_assert_eq!(got, model_counts(&config, &seen[start..]));
+            }
+        }
+
+        /// Percentiles over a time window agree with the exact percentile of the live calls,
+        /// to bucket precision, whatever the sequence of records and clock moves.
+        #[test]
+        fn time_window_percentiles_match_the_live_calls(
+            steps in prop::collection::vec((0u64..3_000_000, 0u64..400), 1..150),
+            q in 0.0f64..=1.0,
+        ) {
+            let clock = ManualClock::new();
+            let (bucket_ms, buckets) = (250u64, 4u64);
+            let config = HealthConfig::time(Duration::from_millis(bucket_ms * buckets), 4);
+            let w = HealthWindow::new(config, clock.clock()).expect("must succeed");
+            let mut seen: Vec<(u64, u64)> = Vec::new();
+            for (micros, advance) in steps {
+                clock.advance(Duration::from_millis(advance));
+                let now = clock.elapsed().as_millis() as u64;
+                w.record(Outcome::Success, Duration::from_micros(micros));
+                seen.push((now, micros));
+            }
+            let now = clock.elapsed().as_millis() as u64;
+            let mut live: Vec<u64> = seen
+                .iter()
+                .filter(|(t, _)| now / bucket_ms - t / bucket_ms < buckets)
+                .map(|(_, m)| *m)
+                .collect();
+            live.sort_unstable();
+            let got = w.latency_percentile(q);
+            if live.is_empty() {
+                prop_assert_eq!(got, None);
+            } else {
+                let rank = ((q * live.len() as f64).ceil() as usize).clamp(1, live.len());
+                let exact = live[rank - 1];
+                let got = got.expect("calls").as_micros() as u64;
+                prop_assert!(got >= exact && got <= exact + exact / 4 + 1, "{} vs {}", got, exact);
             }
         }
 
@@ -722,7 +950,7 @@ mod tests {
                 clock.advance(Duration::from_millis(advance));
                 let now = clock.elapsed().as_millis() as u64;
                 seen.push((now, outcome(o)));
-                let got = w.record(outcome(o), Duration::ZERO);
+                let got = rec(&w, outcome(o), Duration::ZERO);
                 let current = now / bucket_ms;
                 let live: Vec<_> = seen
                     .iter()

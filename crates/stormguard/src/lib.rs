@@ -14,6 +14,7 @@
 //! | [`classify`] | what a result means: success, retryable, never retry, overloaded, in doubt |
 //! | [`health`] | how a downstream is doing: one shared window of outcomes and slow calls |
 //! | [`breaker`] | whether to call a downstream at all (circuit breaker over the health window) |
+//! | [`throttle`] | whether to send a request to an overloaded backend (Google SRE adaptive throttling) |
 //! | [`retry`] | the retrier that combines them, and the pure decision it is built on |
 //! | [`hedge`] | when to send another copy of a slow request (gRPC A6 hedging), paid from the retry budget |
 //! | [`fault`] | latency, error statuses and resets injected on purpose, at run-time switchable rates |
@@ -67,3 +68,4 @@ pub mod fault;
 pub mod health;
 pub mod hedge;
 pub mod retry;
+pub mod throttle;

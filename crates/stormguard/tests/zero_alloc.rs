@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use stormguard::breaker::{BreakerConfig, CircuitBreaker};
 use stormguard::budget::{RatioBudget, RetryBudget, TokenBucket, Withdrawal};
 use stormguard::classify::{ByErrorClass, Outcome, classify_http_status};
 use stormguard::clock::Clock;
@@ -113,6 +114,46 @@ fn budget_decisions_allocate_nothing() {
         let _ = bucket.withdraw(Withdrawal::Retry);
         ratio.request_started();
         let _ = ratio.withdraw(Withdrawal::Retry);
+    }
+    assert_eq!(allocations() - before, 0);
+}
+
+#[test]
+fn breaker_admit_and_record_allocate_nothing() {
+    for config in [
+        BreakerConfig::seeds_default(),
+        BreakerConfig::resilience4j_default(),
+    ] {
+        let breaker = Arc::new(CircuitBreaker::new(config, Clock::system()).expect("valid"));
+        // Warm up: this thread's shard of the window is made on its first record.
+        let record = |i: u64| {
+            let permit = breaker.try_acquire().expect("closed");
+            permit.record(Outcome::Success, Duration::from_micros(i));
+            let owned = breaker.try_acquire_owned().expect("closed");
+            owned.record(Outcome::Success, Duration::from_micros(i));
+        };
+        record(0);
+        let before = allocations();
+        for i in 0..10_000 {
+            record(i);
+        }
+        assert_eq!(allocations() - before, 0, "{config:?}");
+    }
+}
+
+#[test]
+fn success_path_through_a_breaker_allocates_nothing() {
+    let breaker = Arc::new(
+        CircuitBreaker::new(BreakerConfig::seeds_default(), Clock::system()).expect("valid"),
+    );
+    let retrier = Retrier::new(RetryPolicy::new(3))
+        .with_budget(Arc::new(TokenBucket::grpc(10, 0.1).expect("valid")))
+        .with_breaker(breaker);
+    let _ = poll_once(retrier.run(|a| ok(a.number), ByErrorClass));
+    let before = allocations();
+    for i in 0..10_000 {
+        let got = poll_once(retrier.run(|_| ok(i), ByErrorClass));
+        assert_eq!(got.expect("succeeds"), i);
     }
     assert_eq!(allocations() - before, 0);
 }

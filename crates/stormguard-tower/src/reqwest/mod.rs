@@ -210,6 +210,10 @@ where
                     stop: summary.stop,
                 }))
             }
+            Err(Failure::BreakerOpen(open)) => {
+                extensions.insert(summary);
+                Err(reqwest_middleware::Error::middleware(open))
+            }
         }
     }
 }

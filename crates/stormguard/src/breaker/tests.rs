@@ -552,11 +552,70 @@ fn many_threads_open_once_and_admit_exactly_the_probes() {
 }
 
 #[test]
+fn failures_recorded_by_another_policy_count_at_the_next_call() {
+    let clock = ManualClock::new();
+    let window = Arc::new(
+        HealthWindow::new(
+            HealthConfig::time(Duration::from_secs(10), 10),
+            clock.clock(),
+        )
+        .expect("must succeed"),
+    );
+    let b = CircuitBreaker::with_window(small(4), Arc::clone(&window)).expect("must succeed");
+    // Healthy calls through the breaker: the fast path is armed.
+    call(&b, Outcome::Success);
+    call(&b, Outcome::Success);
+    // Another user of the same window (a hedger, say) records failures directly.
+    for _ in 0..3 {
+        window.record(Outcome::Retryable, MS);
+    }
+    assert_eq!(
+        b.state(),
+        BreakerState::Closed,
+        "the breaker decides on its own calls"
+    );
+    // The next call, a healthy one, sees 3 failures in 6 calls: 50 % opens it.
+    call(&b, Outcome::Success);
+    assert_eq!(b.state(), BreakerState::Open);
+}
+
+#[test]
+fn owned_permits_record_and_abandon_like_borrowed_ones() {
+    let clock = ManualClock::new();
+    let (b, _events) = breaker(small(4).with_permitted_probes(1), &clock);
+    let b = Arc::new(b);
+    for _ in 0..4 {
+        b.try_acquire_owned()
+            .expect("must succeed")
+            .record(Outcome::Retryable, MS);
+    }
+    assert_eq!(b.state(), BreakerState::Open);
+    clock.advance(Duration::from_secs(10));
+    let probe = b.try_acquire_owned().expect("must succeed");
+    assert!(probe.is_probe());
+    assert!(Arc::ptr_eq(probe.breaker(), &b));
+    assert_eq!(
+        b.try_acquire_owned().expect_err("must fail").reason,
+        Rejection::ProbesBusy
+    );
+    drop(probe);
+    let probe = std::thread::spawn({
+        let b = Arc::clone(&b);
+        move || b.try_acquire_owned().expect("the slot came back")
+    })
+    .join()
+    .expect("must succeed");
+    probe.record(Outcome::Success, MS);
+    assert_eq!(b.state(), BreakerState::Closed);
+}
+
+#[test]
 fn breaker_is_send_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<CircuitBreaker>();
     assert_send_sync::<CircuitBreaker<Arc<dyn BreakerObserver>>>();
     assert_send_sync::<Permit<'static>>();
+    assert_send_sync::<OwnedPermit>();
 }
 
 fn outcome(i: u8) -> Outcome {
@@ -646,6 +705,55 @@ proptest! {
             let failures = live.iter().filter(|f| **f).count() as f64;
             let expect_open = live.len() >= minimum as usize
                 && failures / live.len() as f64 > failure_ratio;
+            prop_assert_eq!(b.state() == BreakerState::Open, expect_open);
+            if expect_open {
+                break;
+            }
+        }
+    }
+
+    /// The time-window fast path (healthy calls skip the totals while the window's version is
+    /// unchanged) against a model that looks at every call: slow calls, both comparisons,
+    /// thresholds at 0 and 1, any minimum throughput.
+    #[test]
+    fn time_window_fast_path_opens_exactly_when_the_model_says(
+        minimum in 1u32..30,
+        failure_ratio in prop_oneof![Just(0.0), Just(1.0), 0.0f64..=1.0],
+        slow_ratio in prop_oneof![Just(0.0), Just(1.0), 0.0f64..=1.0],
+        above: bool,
+        steps in prop::collection::vec((0u8..8, any::<bool>(), 0u64..300), 1..200),
+    ) {
+        let (length_ms, buckets) = (1_000u64, 4u32);
+        let bucket_ms = length_ms / u64::from(buckets);
+        let comparison = if above { Comparison::Above } else { Comparison::AtLeast };
+        let window = HealthConfig::time(Duration::from_millis(length_ms), buckets)
+            .with_slow_call_threshold(Duration::from_secs(1));
+        let config = BreakerConfig::new(window)
+            .with_minimum_throughput(minimum)
+            .with_failure_ratio(failure_ratio)
+            .with_slow_call_ratio(slow_ratio)
+            .with_comparison(comparison);
+        let clock = ManualClock::new();
+        let (b, _e) = breaker(config, &clock);
+        let mut seen: Vec<(u64, bool, bool)> = Vec::new();
+        for (o, slow, advance) in steps {
+            clock.advance(Duration::from_millis(advance));
+            // Mostly successes, so the fast path is taken often.
+            let o = if o >= 5 { Outcome::Success } else { outcome(o) };
+            let elapsed = if slow { Duration::from_secs(2) } else { MS };
+            b.try_acquire().expect("closed").record(o, elapsed);
+            let now = clock.elapsed().as_millis() as u64;
+            seen.push((now, !matches!(o, Outcome::Success | Outcome::NeverRetry), slow));
+            let live: Vec<_> = seen
+                .iter()
+                .filter(|(t, _, _)| now / bucket_ms - t / bucket_ms < u64::from(buckets))
+                .collect();
+            let n = live.len() as f64;
+            let failures = live.iter().filter(|c| c.1).count() as f64;
+            let slows = live.iter().filter(|c| c.2).count() as f64;
+            let cross = |r: f64, t: f64| if above { r > t } else { r >= t };
+            let expect_open = live.len() >= minimum as usize
+                && (cross(failures / n, failure_ratio) || cross(slows / n, slow_ratio));
             prop_assert_eq!(b.state() == BreakerState::Open, expect_open);
             if expect_open {
                 break;

@@ -29,6 +29,8 @@ pub enum StopReason {
     DeadlineTooClose,
     /// The caller dropped the call.
     Cancelled,
+    /// The circuit breaker rejected an attempt (the first, or a retry) before it was sent.
+    BreakerOpen,
 }
 
 impl StopReason {
@@ -42,6 +44,7 @@ impl StopReason {
             StopReason::BudgetExhausted => "budget_exhausted",
             StopReason::DeadlineTooClose => "deadline_too_close",
             StopReason::Cancelled => "cancelled",
+            StopReason::BreakerOpen => "breaker_open",
         }
     }
 }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::decide::StopReason;
+use crate::breaker::BreakerOpen;
 
 /// How the last attempt failed.
 #[derive(Debug)]
@@ -12,6 +13,9 @@ pub enum Failure<E> {
     Error(E),
     /// The attempt was cut by its per-attempt timeout, after this long.
     TimedOut(Duration),
+    /// The attempt was not sent: the circuit breaker rejected it (the call stopped with
+    /// [`StopReason::BreakerOpen`]).
+    BreakerOpen(BreakerOpen),
 }
 
 impl<E: fmt::Display> fmt::Display for Failure<E> {
@@ -19,6 +23,7 @@ impl<E: fmt::Display> fmt::Display for Failure<E> {
         match self {
             Failure::Error(e) => e.fmt(f),
             Failure::TimedOut(after) => write!(f, "attempt timed out after {after:?}"),
+            Failure::BreakerOpen(open) => write!(f, "attempt not sent: {open}"),
         }
     }
 }
@@ -55,7 +60,7 @@ impl<E> RetryError<E> {
         self.reason
     }
 
-    /// Attempts sent, the first included.
+    /// Attempts sent, the first included (0 when the breaker rejected the first).
     pub fn attempts(&self) -> u32 {
         self.attempts
     }
@@ -89,6 +94,7 @@ impl<E: std::error::Error + 'static> std::error::Error for RetryError<E> {
         match &self.last {
             Failure::Error(e) => Some(e),
             Failure::TimedOut(_) => None,
+            Failure::BreakerOpen(open) => Some(open),
         }
     }
 }

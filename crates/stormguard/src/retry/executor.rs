@@ -9,18 +9,22 @@ use rand::{RngCore, SeedableRng};
 
 use super::decide::{AttemptOutcome, Decision, RetryRun, StopReason};
 use super::error::{Failure, RetryError};
+use super::gate::{AttemptGate, AttemptPass, NoGate};
 use super::key::IdempotencyKey;
 use super::observe::RetryObserver;
 use super::policy::RetryPolicy;
+use crate::breaker::{BreakerObserver, CircuitBreaker};
 use crate::budget::{RetryBudget, Unlimited};
 use crate::classify::Classifier;
 use crate::deadline::{self, Deadline};
 
-/// Runs an operation under a [`RetryPolicy`], a shared [`RetryBudget`] and the deadline.
+/// Runs an operation under a [`RetryPolicy`], a shared [`RetryBudget`], the deadline and,
+/// optionally, a shared [`CircuitBreaker`].
 ///
 /// It stops at the first of: success, a failure that must not be retried, attempts exhausted,
-/// budget refused, a deadline that cannot fit the wait plus a minimum call, or the caller
-/// dropping the future (which drops the attempt in flight: that is how it is cancelled).
+/// budget refused, a deadline that cannot fit the wait plus a minimum call, an open breaker
+/// ([`Retrier::with_breaker`]), or the caller dropping the future (which drops the attempt in
+/// flight: that is how it is cancelled).
 ///
 /// The deadline is the call's own ([`Call::with_deadline`]) or else the task's current one
 /// ([`deadline::current`]), whichever is earlier. It is read only after a failure, or before
@@ -49,11 +53,12 @@ use crate::deadline::{self, Deadline};
 /// # }
 /// ```
 #[derive(Debug)]
-pub struct Retrier<B = Unlimited, O = (), R = SeededRandom> {
+pub struct Retrier<B = Unlimited, O = (), R = SeededRandom, G = NoGate> {
     policy: RetryPolicy,
     budget: B,
     observer: O,
     random: R,
+    gate: G,
 }
 
 /// The options of [`Retrier::run`]: a static, so the hot path reads fields that were not just
@@ -142,39 +147,96 @@ impl Retrier {
             budget: Unlimited,
             observer: (),
             random: SeededRandom::from_entropy(),
+            gate: NoGate,
         }
     }
 }
 
-impl<B: RetryBudget, O: RetryObserver, R: RandomSource> Retrier<B, O, R> {
+impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<B, O, R, G> {
     /// Shares `budget` (usually an `Arc` held by every caller of the downstream).
-    pub fn with_budget<B2: RetryBudget>(self, budget: B2) -> Retrier<B2, O, R> {
+    pub fn with_budget<B2: RetryBudget>(self, budget: B2) -> Retrier<B2, O, R, G> {
         Retrier {
             policy: self.policy,
             budget,
             observer: self.observer,
             random: self.random,
+            gate: self.gate,
         }
     }
 
     /// Reports every attempt to `observer`.
-    pub fn with_observer<O2: RetryObserver>(self, observer: O2) -> Retrier<B, O2, R> {
+    pub fn with_observer<O2: RetryObserver>(self, observer: O2) -> Retrier<B, O2, R, G> {
         Retrier {
             policy: self.policy,
             budget: self.budget,
             observer,
             random: self.random,
+            gate: self.gate,
         }
     }
 
     /// Draws jitter from `random` (for example [`SeededRandom::new`] in tests).
-    pub fn with_random<R2: RandomSource>(self, random: R2) -> Retrier<B, O, R2> {
+    pub fn with_random<R2: RandomSource>(self, random: R2) -> Retrier<B, O, R2, G> {
         Retrier {
             policy: self.policy,
             budget: self.budget,
             observer: self.observer,
             random,
+            gate: self.gate,
         }
+    }
+
+    /// Sends every attempt through `breaker`, shared with every other caller of the
+    /// downstream: each attempt, the first included, needs a permit, and records its outcome
+    /// and elapsed time (on the breaker's clock) in the breaker's window. When the breaker
+    /// rejects an attempt the call stops at once with [`StopReason::BreakerOpen`] and
+    /// [`Failure::BreakerOpen`]; [`RetryError::attempts`] counts only the attempts sent. See
+    /// [`AttemptGate`](super::AttemptGate) for how attempts are counted.
+    ///
+    /// A retry is checked after its backoff wait (the breaker may have closed meanwhile); a
+    /// retry rejected then has already been paid for by the budget, like one the caller
+    /// cancels during the wait.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use stormguard::breaker::{BreakerConfig, CircuitBreaker};
+    /// use stormguard::classify::Outcome;
+    /// use stormguard::clock::Clock;
+    /// use stormguard::health::HealthConfig;
+    /// use stormguard::retry::{Failure, Retrier, RetryPolicy, StopReason};
+    ///
+    /// let config = BreakerConfig::new(HealthConfig::count(4)).with_minimum_throughput(4);
+    /// let breaker = Arc::new(CircuitBreaker::new(config, Clock::tokio()).unwrap());
+    /// let retrier = Retrier::new(RetryPolicy::new(10)).with_breaker(Arc::clone(&breaker));
+    /// let always_503 = |_: &Result<(), ()>| Outcome::Retryable;
+    ///
+    /// // Four failed attempts open the breaker; the fifth is never sent.
+    /// let err = retrier.run(|_| async { Ok(()) }, always_503).await.unwrap_err();
+    /// assert_eq!((err.reason(), err.attempts()), (StopReason::BreakerOpen, 4));
+    /// // The next call is rejected before its first attempt.
+    /// let err = retrier.run(|_| async { Ok(()) }, always_503).await.unwrap_err();
+    /// assert_eq!(err.attempts(), 0);
+    /// assert!(matches!(err.last(), Failure::BreakerOpen(_)));
+    /// # }
+    /// ```
+    pub fn with_breaker<P: BreakerObserver>(
+        self,
+        breaker: std::sync::Arc<CircuitBreaker<P>>,
+    ) -> Retrier<B, O, R, std::sync::Arc<CircuitBreaker<P>>> {
+        Retrier {
+            policy: self.policy,
+            budget: self.budget,
+            observer: self.observer,
+            random: self.random,
+            gate: breaker,
+        }
+    }
+
+    /// The circuit breaker (or [`NoGate`]) every attempt goes through.
+    pub fn gate(&self) -> &G {
+        &self.gate
     }
 
     /// The policy.
@@ -257,6 +319,14 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource> Retrier<B, O, R> {
         let mut cancelled = CancelReporter::new(&self.observer);
         loop {
             let number = run.attempts();
+            let pass = match self.gate.admit() {
+                Ok(pass) => pass,
+                Err(open) => {
+                    cancelled.armed = false;
+                    let (result, sent) = self.rejected(open, number);
+                    return finish(result, sent, StopReason::BreakerOpen);
+                }
+            };
             cancelled.attempts = number;
             self.observer.attempt_started(number);
             let timeout = match self.policy.per_try_timeout() {
@@ -272,6 +342,7 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource> Retrier<B, O, R> {
                 None => {
                     let result = op(attempt).await;
                     let outcome = classifier.classify(&result);
+                    pass.finish(outcome);
                     if outcome.is_success() {
                         self.observer
                             .attempt_ended(number, &AttemptOutcome::from(outcome));
@@ -291,12 +362,16 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource> Retrier<B, O, R> {
                 Some(limit) => match tokio::time::timeout(limit, op(attempt)).await {
                     Ok(result) => {
                         let outcome = classifier.classify(&result);
+                        pass.finish(outcome);
                         (
                             result.map_err(Failure::Error),
                             AttemptOutcome::from(outcome),
                         )
                     }
-                    Err(_) => (Err(Failure::TimedOut(limit)), AttemptOutcome::TIMED_OUT),
+                    Err(_) => {
+                        pass.finish(AttemptOutcome::TIMED_OUT.outcome);
+                        (Err(Failure::TimedOut(limit)), AttemptOutcome::TIMED_OUT)
+                    }
                 },
             };
             self.observer.attempt_ended(number, &ended);
@@ -326,6 +401,21 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource> Retrier<B, O, R> {
                 }
             }
         }
+    }
+}
+
+impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<B, O, R, G> {
+    /// The breaker rejected attempt `number`: tell the observer, and say how many were sent.
+    #[cold]
+    #[inline(never)]
+    fn rejected<T, E>(
+        &self,
+        open: crate::breaker::BreakerOpen,
+        number: u32,
+    ) -> (Result<T, Failure<E>>, u32) {
+        let sent = number - 1;
+        self.observer.gave_up(sent, StopReason::BreakerOpen);
+        (Err(Failure::BreakerOpen(open)), sent)
     }
 }
 
