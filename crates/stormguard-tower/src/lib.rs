@@ -7,3 +7,5 @@
 //! decisions at the edges of a hyper, axum, tonic or reqwest service.
 
 pub mod metric_names;
+pub mod observe;
+pub mod retry;
