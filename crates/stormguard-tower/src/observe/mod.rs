@@ -25,6 +25,7 @@
 //! | `retry.reason` | on retries only: why ([`RetryReason::label`](stormguard::retry::RetryReason::label): `failed`, `overloaded`, `in_doubt`, `timed_out`) |
 //! | `retry.delay_ms` | on retries only: the wait before this attempt |
 //! | `http.request.method` | the request method |
+//! | `request_id` | the request's `x-request-id`, when it has one |
 //! | `http.response.status_code` | the response status, when a response came |
 //! | `rpc.grpc.status_code` | the gRPC status, for gRPC responses |
 //! | `error.type` | for transport failures and timeouts: `timeout`, `connection_refused`, `connection_reset`, `incomplete_message`, … |
@@ -42,9 +43,10 @@
 //!
 //! One INFO event per attempt, target [`TARGET`], message `"attempt finished"`, inside the
 //! attempt's span when `tracing` is on, with the fields `request_id` (the request's
-//! `x-request-id`), `retry_count` (retries before this attempt), `elapsed_ms`,
-//! `status_code`, `grpc_status`, `error_type` and `outcome`. A field without a value (no
-//! response, no error) is left out rather than written as null.
+//! `x-request-id`), `http.request.method`, `retry_count` (retries before this attempt),
+//! `elapsed_ms`, `status_code`, `grpc_status`, `error_type` (as `error.type` above) and
+//! `outcome`. A field without a value (no response, no error) is left out rather than
+//! written as null.
 //!
 //! *Why events and not a writer of our own:* the application already decides where logs
 //! go, how they are filtered and sampled, and in which format; an event joins that
@@ -52,7 +54,7 @@
 //! .flatten_event(true)` prints exactly one JSON object per attempt:
 //!
 //! ```text
-//! {"timestamp":"…","level":"INFO","message":"attempt finished","request_id":"r-42","retry_count":1,"elapsed_ms":12,"status_code":503,"outcome":"retryable","target":"stormguard::retry"}
+//! {"timestamp":"…","level":"INFO","message":"attempt finished","request_id":"req-7","http.request.method":"GET","retry_count":1,"elapsed_ms":10,"status_code":503,"outcome":"retryable","target":"stormguard::retry","span":{…},"spans":[…]}
 //! ```
 //!
 //! # How the layer's shared observer knows the request

@@ -23,11 +23,12 @@ use pin_project_lite::pin_project;
 
 use super::BoxError;
 
-/// A body read to its end: the data in one piece, and the trailers.
+/// A body read to its end: the data in one piece, and the trailers (boxed: they are rare,
+/// and a body is moved with every attempt, so it should be small).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Buffered {
     data: Option<Bytes>,
-    trailers: Option<HeaderMap>,
+    trailers: Option<Box<HeaderMap>>,
 }
 
 impl Buffered {
@@ -35,7 +36,7 @@ impl Buffered {
         if let Some(data) = self.data.take() {
             return Some(Frame::data(data));
         }
-        self.trailers.take().map(Frame::trailers)
+        self.trailers.take().map(|t| Frame::trailers(*t))
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -47,7 +48,7 @@ impl Buffered {
     }
 
     pub(crate) fn trailers(&self) -> Option<&HeaderMap> {
-        self.trailers.as_ref()
+        self.trailers.as_deref()
     }
 }
 
@@ -81,7 +82,7 @@ where
         });
     }
     let mut chunks = Chunks::default();
-    let mut trailers: Option<HeaderMap> = None;
+    let mut trailers: Option<Box<HeaderMap>> = None;
     while let Some(frame) = body.frame().await {
         match frame?.into_data() {
             Ok(mut data) => {
@@ -97,7 +98,7 @@ where
                 if let Ok(more) = frame.into_trailers() {
                     match &mut trailers {
                         Some(t) => t.extend(more),
-                        None => trailers = Some(more),
+                        None => trailers = Some(Box::new(more)),
                     }
                 }
             }
@@ -230,6 +231,11 @@ pub(crate) enum BodySource<B> {
 }
 
 impl<B> BodySource<B> {
+    /// An empty body: replayable, and nothing to read or hold.
+    pub(crate) fn empty() -> Self {
+        BodySource::Replayable(Buffered::default())
+    }
+
     pub(crate) fn from_read(read: Read<B>) -> Self {
         match read {
             Read::Complete(buffered) => BodySource::Replayable(buffered),

@@ -21,7 +21,7 @@ pub enum Error {
     RequestBody(#[source] BoxError),
     /// The last attempt failed with a transport error (or its gRPC response body could not
     /// be read).
-    #[error("request failed after {attempts} attempt(s) ({}): {source}", stop.label())]
+    #[error("request failed after {attempts} attempt(s) ({})", stop.label())]
     Transport {
         /// Attempts sent, the first included.
         attempts: u32,

@@ -290,10 +290,14 @@ where
         || route.retrier.policy().idempotent()
         || (!grpc && classify::is_idempotent_method(&parts.method));
 
-    let read = read_up_to(body, shared.body_limit)
-        .await
-        .map_err(|e| Error::RequestBody(e.into()))?;
-    let mut body = BodySource::from_read(read);
+    let mut body = if body.is_end_stream() {
+        BodySource::empty()
+    } else {
+        let read = read_up_to(body, shared.body_limit)
+            .await
+            .map_err(|e| Error::RequestBody(e.into()))?;
+        BodySource::from_read(read)
+    };
     let replayable = body.is_replayable();
 
     let mut call = Call::new().idempotent(safe);
@@ -306,34 +310,36 @@ where
 
     let grpc_limit = shared.grpc_response_limit;
     let info = observe::CallInfo::new(&parts, grpc);
+    let parts = &parts;
     let op = |attempt: Attempt| {
+        let number = attempt.number;
         let sent = match body.for_attempt() {
             None => Sent::Consumed,
-            Some(body) => {
-                let request = attempt_request(&parts, body, attempt.number, grpc);
-                if attempt.number == 1 {
-                    Sent::Called(service.call(request))
-                } else {
-                    Sent::Fresh(service.clone(), request)
-                }
+            Some(body) if number == 1 => {
+                Sent::Called(service.call(attempt_request(parts, body, number, grpc)))
             }
+            Some(body) => Sent::Fresh(service.clone(), body),
         };
         observe::instrument(async move {
             let response = match sent {
                 Sent::Consumed => return Err(BoxError::from(BodyNotReplayable)),
                 Sent::Called(future) => future.await.map_err(Into::into)?,
-                Sent::Fresh(mut service, request) => {
+                Sent::Fresh(mut service, body) => {
                     if let Err(e) = service.ready().await {
                         return Err(e.into());
                     }
+                    let request = attempt_request(parts, body, number, grpc);
                     service.call(request).await.map_err(Into::into)?
                 }
             };
             if !grpc {
                 return Ok(response.map(ResponseBody::stream));
             }
+            // Boxed: only gRPC calls pay for the room this future needs.
             let (head, body) = response.into_parts();
-            let read = read_up_to(body, grpc_limit).await.map_err(Into::into)?;
+            let read = Box::pin(read_up_to(body, grpc_limit))
+                .await
+                .map_err(Into::into)?;
             Ok(Response::from_parts(head, ResponseBody::from_read(read)))
         })
     };
@@ -373,10 +379,11 @@ where
     finish(report)
 }
 
-/// How an attempt is sent: to the service made ready by the caller, or to a fresh clone.
-enum Sent<S, F, R> {
+/// How an attempt is sent: to the service made ready by the caller, or to a fresh clone
+/// (with the body its request will carry).
+enum Sent<S, F, B> {
     Called(F),
-    Fresh(S, R),
+    Fresh(S, B),
     Consumed,
 }
 
