@@ -421,7 +421,7 @@ mod tests {
         (collected.to_bytes().to_vec(), trailers)
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_body_within_the_limit_is_replayed_identically() {
         let read = read_up_to(chunks(&["ab", "cd", "ef"]), 6).await.unwrap();
         let mut source = BodySource::from_read(read);
@@ -433,7 +433,7 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn trailers_are_replayed_too() {
         let mut t = HeaderMap::new();
         t.insert("x-sum", "7".parse().unwrap());
@@ -450,7 +450,7 @@ mod tests {
         assert_eq!(trailers, Some(t));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_body_over_the_limit_is_sent_whole_once() {
         let read = read_up_to(chunks(&["abcd", "efgh", "ij"]), 5)
             .await
@@ -461,7 +461,7 @@ mod tests {
         assert!(source.for_attempt().is_none());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_size_hint_over_the_limit_is_not_read() {
         let read = read_up_to(Full::new(Bytes::from_static(b"0123456789")), 4)
             .await
@@ -472,7 +472,7 @@ mod tests {
         assert_eq!(all(body).await.0, b"0123456789");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_empty_body_is_replayable_for_free() {
         let read = read_up_to(http_body_util::Empty::<Bytes>::new(), 0)
             .await
