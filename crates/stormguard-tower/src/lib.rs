@@ -17,7 +17,9 @@ pub mod fault;
 pub mod hedge;
 pub mod http_status;
 pub mod metric_names;
+pub mod observe;
 pub mod reject;
+pub mod retry;
 pub mod throttle;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;

@@ -1,0 +1,79 @@
+//! Per-route policies from a policy file (in process, paused time).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use stormguard::clock::Clock;
+use stormguard::config::PolicyFile;
+use stormguard::retry::RetryPolicy;
+use stormguard_tower::retry::{RequestBody, RetryLayer, Routes, is_exhausted};
+use tower::{ServiceBuilder, ServiceExt, service_fn};
+
+const POLICIES: &str = r#"
+    [endpoints.default]
+    retry = { max_attempts = 1 }
+
+    [endpoints."GET /search/*"]
+    retry = { max_attempts = 4 }
+    backoff = { kind = "fixed", base = "1ms", cap = "1ms", jitter = "none" }
+
+    [endpoints."POST /search/*"]
+    idempotency = "idempotent"
+    retry = { max_attempts = 2 }
+    backoff = { kind = "fixed", base = "1ms", cap = "1ms", jitter = "none" }
+    budget = { kind = "grpc", max_tokens = 10, token_ratio = 0.1 }
+
+    [endpoints."/slow"]
+    timeouts = { overall = "100ms" }
+    retry = { max_attempts = 5 }
+    backoff = { kind = "fixed", base = "60ms", cap = "60ms", jitter = "none" }
+"#;
+
+#[tokio::test(start_paused = true)]
+async fn each_route_gets_its_policy() {
+    let file = PolicyFile::from_toml(POLICIES).unwrap();
+    let routes = Routes::from_policy_file(&file, Clock::tokio()).unwrap();
+    // The builder's own policy is replaced by the file's default.
+    let layer = RetryLayer::builder(RetryPolicy::new(9))
+        .with_routes(routes)
+        .build();
+    let calls: Arc<Mutex<BTreeMap<String, u32>>> = Arc::default();
+    let seen = calls.clone();
+    let downstream = service_fn(move |req: Request<RequestBody<Full<Bytes>>>| {
+        *seen
+            .lock()
+            .unwrap()
+            .entry(format!("{} {}", req.method(), req.uri().path()))
+            .or_default() += 1;
+        let mut response = Response::new(Full::<Bytes>::default());
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        std::future::ready(Ok::<_, Infallible>(response))
+    });
+    let client = ServiceBuilder::new().layer(layer).service(downstream);
+    for (method, path, marked) in [
+        (Method::GET, "/search/books", true),
+        (Method::POST, "/search/books", true),
+        (Method::GET, "/other", false),
+        (Method::GET, "/slow", true),
+    ] {
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("http://catalog{path}"))
+            .body(Full::default())
+            .unwrap();
+        let response = client.clone().oneshot(request).await.unwrap();
+        assert_eq!(is_exhausted(response.headers()), marked, "{path}");
+    }
+    let calls = calls.lock().unwrap();
+    assert_eq!(calls["GET /search/books"], 4);
+    // POST is retried because the route says it is idempotent.
+    assert_eq!(calls["POST /search/books"], 2);
+    assert_eq!(calls["GET /other"], 1);
+    // 100 ms overall: a retry after 60 ms fits, a second one (at 120 ms) does not.
+    assert_eq!(calls["GET /slow"], 2);
+}
