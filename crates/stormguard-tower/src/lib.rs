@@ -19,9 +19,9 @@ pub mod http_status;
 pub mod metric_names;
 pub mod observe;
 pub mod reject;
-pub mod retry;
-pub mod throttle;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
+pub mod retry;
+pub mod throttle;
 
 pub use deadline::{DeadlineLayer, PropagateDeadlineLayer};

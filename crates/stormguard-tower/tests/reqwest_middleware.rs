@@ -222,6 +222,38 @@ async fn a_keyed_post_is_retried_after_a_timeout_with_the_same_key() {
 }
 
 #[tokio::test]
+async fn a_post_without_key_is_not_retried_after_a_503_but_a_keyed_one_is() {
+    let server = serve(|_| Reply::Status(503, &[])).await;
+    let client = client(policy(3));
+    let unkeyed = within(client.post(server.url()).body("charge 10 EUR").send())
+        .await
+        .unwrap();
+    assert_eq!(unkeyed.status(), 503);
+    assert_eq!(
+        summary(&unkeyed),
+        RetrySummary {
+            attempts: 1,
+            stop: StopReason::NotIdempotent
+        },
+        "a 503 may follow a side effect: an unkeyed POST is not repeated"
+    );
+    assert_eq!(exhausted_mark(&unkeyed), None);
+
+    let keyed = within(
+        client
+            .post(server.url())
+            .header("Idempotency-Key", "\"pay-8813\"")
+            .body("charge 10 EUR")
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(summary(&keyed).attempts, 3);
+    assert_eq!(exhausted_mark(&keyed), Some("true"));
+    assert_eq!(server.attempts_seen(), ["1", "1", "2", "3"]);
+}
+
+#[tokio::test]
 async fn a_budget_refusal_stops_retries() {
     let server = serve(|_| Reply::Status(503, &[])).await;
     // One token: the first request may retry once, the second not at all.
@@ -251,7 +283,11 @@ async fn a_budget_refusal_stops_retries() {
             stop: StopReason::BudgetExhausted
         }
     );
-    assert_eq!(exhausted_mark(&second), None, "it never retried");
+    assert_eq!(
+        exhausted_mark(&second),
+        Some("true"),
+        "the budget refused its retry: callers further up must not retry either"
+    );
     assert_eq!(server.attempts_seen(), ["1", "2", "1"]);
 }
 

@@ -18,9 +18,10 @@
 //!   `DELETE`), requests carrying an `Idempotency-Key` header (sent unchanged on every
 //!   attempt, see [`idempotency_key`]), and every request when the policy is declared
 //!   idempotent ([`RetryPolicy::with_idempotent`](stormguard::retry::RetryPolicy::with_idempotent)).
-//!   Other requests stop there ([`StopReason::NotIdempotent`]). A failure that shows the
-//!   request was not processed — a connect error, 502/503/504, 408, 425, 429 — is retried
-//!   for every method, as the core classifies it.
+//!   Other requests stop there ([`StopReason::NotIdempotent`]), and so they do after any
+//!   failure *response* (a 503 may follow a side effect on a server behind a proxy): only a
+//!   connect error, which proves the request never reached the server, is retried for every
+//!   method. This is the same rule as the tower [`RetryLayer`](crate::retry::RetryLayer)'s.
 //! - **Bodies**: a request whose body is a stream cannot be sent twice, so it is sent once.
 //!   Byte bodies are cloned for each attempt.
 //! - **Classification**: [`classify_response`] (status, `Retry-After`, `X-Retry-Exhausted`)
@@ -32,8 +33,9 @@
 //!   ([`StopReason::DeadlineTooClose`]), and a `Retry-After` is waited out in full or not at
 //!   all.
 //! - **Headers**: every attempt carries `x-stormguard-attempt: N` ([`ATTEMPT_HEADER`], 1 for
-//!   the first). When it gives up after retrying and hands back a failed response, that
-//!   response is marked `X-Retry-Exhausted: true`
+//!   the first). When it gives up after retrying, or its budget or the deadline refuses a
+//!   retry, and it hands back a failed response, that response is marked
+//!   `X-Retry-Exhausted: true`
 //!   ([`RETRY_EXHAUSTED`]), so that a caller further
 //!   up retries no more; a response that arrives carrying the mark is never retried.
 //! - **What it reports**: a [`RetrySummary`] (attempts, stop reason) in the response's
@@ -123,10 +125,11 @@ pub struct RetrySummary {
 }
 
 impl RetrySummary {
-    /// Whether the middleware retried and still did not succeed: the case in which a failed
-    /// response is marked `X-Retry-Exhausted: true`.
-    pub fn gave_up_after_retrying(&self) -> bool {
-        self.attempts > 1 && self.stop != StopReason::Succeeded
+    /// Whether a failed response is marked `X-Retry-Exhausted: true`: the middleware retried
+    /// and gave up, or its budget, the deadline or a breaker refused a retry. The rule is the
+    /// tower [`RetryLayer`](crate::retry::RetryLayer)'s, so no caller further up retries.
+    pub fn marks_exhausted(&self) -> bool {
+        crate::retry::marks_exhausted(self.stop, self.attempts)
     }
 }
 
@@ -146,6 +149,7 @@ where
     ) -> reqwest_middleware::Result<Response> {
         let replayable = req.body().is_none_or(|body| body.as_bytes().is_some());
         let call = call_for(&req, replayable, self.retrier.policy().idempotent());
+        let safe = call.is_retry_safe(self.retrier.policy().idempotent());
         let mut source = if replayable {
             Source::Replay(req)
         } else {
@@ -170,7 +174,11 @@ where
         };
         let classifier = |result: &Result<(Response, Extensions), reqwest_middleware::Error>| {
             let outcome = match result {
-                Ok((response, _)) => classify_response(response),
+                // A response may follow a side effect: retry it only when that is safe.
+                Ok((response, _)) => match classify_response(response) {
+                    Outcome::Retryable | Outcome::Overloaded { .. } if !safe => Outcome::InDoubt,
+                    outcome => outcome,
+                },
                 Err(error) => classify_error(error),
             };
             // A stream cannot be sent again, whatever the failure.
@@ -189,7 +197,7 @@ where
             Ok((mut response, attempt_extensions)) => {
                 *extensions = attempt_extensions;
                 extensions.insert(summary);
-                if summary.gave_up_after_retrying() {
+                if summary.marks_exhausted() {
                     response.headers_mut().insert(
                         HeaderName::from_static(RETRY_EXHAUSTED),
                         HeaderValue::from_static("true"),

@@ -101,7 +101,9 @@ impl Call {
         self
     }
 
-    fn retry_safe(&self, policy_default: bool) -> bool {
+    /// Whether this call may be repeated after an in-doubt failure: it carries a key, or it
+    /// is idempotent (by its own setting, else `policy_default`).
+    pub fn is_retry_safe(&self, policy_default: bool) -> bool {
         self.key.is_some() || self.idempotent.unwrap_or(policy_default)
     }
 
@@ -313,7 +315,7 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<T, E>,
     {
-        let retry_safe = call.retry_safe(self.policy.idempotent());
+        let retry_safe = call.is_retry_safe(self.policy.idempotent());
         let mut run = RetryRun::start(&self.policy, &self.budget, retry_safe);
         let mut rng = LazyRng::new(&self.random);
         let mut cancelled = CancelReporter::new(&self.observer);
