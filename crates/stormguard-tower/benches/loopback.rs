@@ -40,7 +40,13 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tower::timeout::TimeoutLayer;
+use std::sync::Arc;
+use stormguard::budget::TokenBucket;
+use stormguard::clock::Clock;
+use stormguard::deadline::{self, Deadline, Reserve};
+use stormguard::retry::RetryPolicy;
+use stormguard_tower::retry::{RequestBody, RetryLayer};
+use stormguard_tower::{DeadlineLayer, PropagateDeadlineLayer};
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -52,36 +58,47 @@ type ClientRequest = Request<Empty<Bytes>>;
 type ClientSvc = BoxCloneService<ClientRequest, StatusCode, BoxError>;
 /// The server stack as the accept loop sees it.
 type ServerSvc = BoxCloneService<Request<Incoming>, Response<axum::body::Body>, BoxError>;
-/// The keep-alive connection pool every client stack wraps.
-type HyperClient = Client<HttpConnector, Empty<Bytes>>;
 
 // ==========================================================================================
-// THE STACKS UNDER TEST. To measure the real middleware, replace the stand-ins:
-//   layered_server: `.layer(DeadlineLayer::new(..))`          instead of `standin::DeadlineScopeLayer`
-//   layered_client: `.layer(PropagateDeadlineLayer::new(..))`
-//                   `.layer(RetryLayer::new(..))`             instead of `standin::RetrierLayer::new()`
-// and delete `mod standin`. Any `tower::Layer` whose service fits `server_service` /
-// `client_service` works; the rest of the file does not change.
+// THE STACKS UNDER TEST: the server behind DeadlineLayer; the client with RetryLayer over
+// PropagateDeadlineLayer, each request under a 1 s deadline (so every attempt writes
+// `grpc-timeout`, and the server reads it and runs the handler under it).
 // ==========================================================================================
 
 /// The server stack of the "layers" variant.
 fn layered_server(app: Router) -> ServerSvc {
-    server_service(
-        ServiceBuilder::new()
-            .layer(TimeoutLayer::new(Duration::from_secs(1)))
-            .layer(standin::DeadlineScopeLayer)
-            .service(app),
-    )
+    let deadline = DeadlineLayer::new()
+        .with_max(Duration::from_secs(30))
+        .validate()
+        .expect("valid deadline layer");
+    server_service(ServiceBuilder::new().layer(deadline).service(app))
 }
 
 /// The client stack of the "layers" variant.
-fn layered_client(client: HyperClient) -> ClientSvc {
-    client_service(
-        ServiceBuilder::new()
-            .layer(TimeoutLayer::new(Duration::from_secs(1)))
-            .layer(standin::RetrierLayer::new())
-            .service(client),
-    )
+fn layered_client(connector: HttpConnector, connections: usize) -> ClientSvc {
+    let pool: Client<HttpConnector, RequestBody<Empty<Bytes>>> =
+        Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(connections)
+            .build(connector);
+    let policy = RetryPolicy::new(3)
+        .with_per_try_timeout(Duration::from_millis(500))
+        .validate()
+        .expect("valid policy");
+    let budget = Arc::new(TokenBucket::grpc(100, 0.1).expect("valid budget"));
+    let propagate = PropagateDeadlineLayer::new()
+        .with_reserve(Reserve::fraction(0.1).expect("valid reserve"))
+        .validate()
+        .expect("valid propagate layer");
+    let stack = ServiceBuilder::new()
+        .layer(RetryLayer::builder(policy).with_budget(budget).build())
+        .layer(propagate)
+        .service(pool);
+    client_service(stack.map_future(|attempts| {
+        deadline::scope(
+            Deadline::after(Duration::from_secs(1), Clock::tokio()),
+            attempts,
+        )
+    }))
 }
 
 /// The server stack of the "bare" variant: the router alone.
@@ -90,8 +107,11 @@ fn bare_server(app: Router) -> ServerSvc {
 }
 
 /// The client stack of the "bare" variant: hyper's pool alone.
-fn bare_client(client: HyperClient) -> ClientSvc {
-    client_service(client)
+fn bare_client(connector: HttpConnector, connections: usize) -> ClientSvc {
+    let pool: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(connections)
+        .build(connector);
+    client_service(pool)
 }
 
 // ==========================================================================================
@@ -131,167 +151,6 @@ where
                 Ok(status)
             }),
     )
-}
-
-/// Stand-ins for the layers that other branches are writing, built on the same core pieces
-/// so that the "layers" row already costs about what the real stack will.
-mod standin {
-    use std::future::Future;
-    use std::pin::Pin;
-    use std::sync::Arc;
-    use std::task::{Context, Poll};
-    use std::time::Duration;
-
-    use bytes::Bytes;
-    use http::{HeaderValue, Request, Response};
-    use http_body_util::Empty;
-    use stormguard::backoff::Backoff;
-    use stormguard::budget::TokenBucket;
-    use stormguard::classify::{Outcome, classify_http_status};
-    use stormguard::clock::Clock;
-    use stormguard::deadline::{self, Deadline, GRPC_TIMEOUT, encode_grpc_timeout};
-    use stormguard::retry::{Failure, Retrier, RetryPolicy};
-    use tower::{Layer, Service, ServiceExt};
-
-    use super::BoxError;
-
-    type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-    /// Server: reads `grpc-timeout` with the core codec and runs the handler with that
-    /// deadline current (what `DeadlineLayer` does).
-    #[derive(Clone, Copy, Debug)]
-    pub(super) struct DeadlineScopeLayer;
-
-    impl<S> Layer<S> for DeadlineScopeLayer {
-        type Service = DeadlineScope<S>;
-        fn layer(&self, inner: S) -> DeadlineScope<S> {
-            DeadlineScope(inner)
-        }
-    }
-
-    #[derive(Clone, Debug)]
-    pub(super) struct DeadlineScope<S>(S);
-
-    impl<S, B> Service<Request<B>> for DeadlineScope<S>
-    where
-        S: Service<Request<B>>,
-        S::Future: Send + 'static,
-    {
-        type Response = S::Response;
-        type Error = S::Error;
-        type Future = BoxFuture<Result<S::Response, S::Error>>;
-
-        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-            self.0.poll_ready(cx)
-        }
-
-        fn call(&mut self, req: Request<B>) -> Self::Future {
-            let timeout = req
-                .headers()
-                .get(GRPC_TIMEOUT)
-                .and_then(|v| deadline::parse_grpc_timeout(v.as_bytes()).ok());
-            let inner = self.0.call(req);
-            match timeout {
-                Some(timeout) => Box::pin(deadline::scope(
-                    Deadline::after(timeout, Clock::default()),
-                    inner,
-                )),
-                None => Box::pin(inner),
-            }
-        }
-    }
-
-    /// Client: the core `Retrier` (3 attempts, 500 ms per try, a shared gRPC token bucket)
-    /// around each call, the request rebuilt for every attempt, and the attempt's time sent
-    /// as `grpc-timeout` (what `RetryLayer` and `PropagateDeadlineLayer` do).
-    #[derive(Clone, Debug)]
-    pub(super) struct RetrierLayer {
-        retrier: Arc<Retrier<Arc<TokenBucket>>>,
-    }
-
-    impl RetrierLayer {
-        pub(super) fn new() -> Self {
-            let policy = RetryPolicy::new(3)
-                .with_backoff(Backoff::exponential(Duration::from_millis(10)))
-                .with_per_try_timeout(Duration::from_millis(500))
-                .validate()
-                .expect("valid policy");
-            let budget = Arc::new(TokenBucket::grpc(100, 0.1).expect("valid budget"));
-            RetrierLayer {
-                retrier: Arc::new(Retrier::new(policy).with_budget(budget)),
-            }
-        }
-    }
-
-    impl<S> Layer<S> for RetrierLayer {
-        type Service = RetrierService<S>;
-        fn layer(&self, inner: S) -> RetrierService<S> {
-            RetrierService {
-                inner,
-                retrier: self.retrier.clone(),
-            }
-        }
-    }
-
-    #[derive(Clone, Debug)]
-    pub(super) struct RetrierService<S> {
-        inner: S,
-        retrier: Arc<Retrier<Arc<TokenBucket>>>,
-    }
-
-    impl<S, B> Service<Request<Empty<Bytes>>> for RetrierService<S>
-    where
-        S: Service<Request<Empty<Bytes>>, Response = Response<B>> + Clone + Send + 'static,
-        S::Error: Into<BoxError>,
-        S::Future: Send + 'static,
-        B: Send + 'static,
-    {
-        type Response = Response<B>;
-        type Error = BoxError;
-        type Future = BoxFuture<Result<Response<B>, BoxError>>;
-
-        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-            // Every attempt drives its own clone of the inner service to readiness.
-            Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, req: Request<Empty<Bytes>>) -> Self::Future {
-            let inner = self.inner.clone();
-            let retrier = self.retrier.clone();
-            Box::pin(async move {
-                let attempt_request = |timeout: Option<Duration>| {
-                    let mut attempt = Request::new(Empty::new());
-                    *attempt.method_mut() = req.method().clone();
-                    *attempt.uri_mut() = req.uri().clone();
-                    *attempt.headers_mut() = req.headers().clone();
-                    if let Some(timeout) = timeout {
-                        let value = encode_grpc_timeout(timeout);
-                        if let Ok(value) = HeaderValue::from_str(value.as_str()) {
-                            attempt.headers_mut().insert(GRPC_TIMEOUT, value);
-                        }
-                    }
-                    attempt
-                };
-                let result = retrier
-                    .run(
-                        move |attempt| {
-                            let call = inner.clone().oneshot(attempt_request(attempt.timeout));
-                            async move { call.await.map_err(Into::into) }
-                        },
-                        |result: &Result<Response<B>, BoxError>| match result {
-                            Ok(response) => classify_http_status(response.status().as_u16(), None),
-                            Err(_) => Outcome::InDoubt,
-                        },
-                    )
-                    .await;
-                result.map_err(|err| match err.into_last() {
-                    Failure::Error(err) => err,
-                    Failure::TimedOut(after) => format!("attempt timed out after {after:?}").into(),
-                    Failure::BreakerOpen(open) => open.into(),
-                })
-            })
-        }
-    }
 }
 
 /// One variant's pooled figures.
@@ -472,7 +331,7 @@ async fn load(
 fn run(
     settings: &Settings,
     server: fn(Router) -> ServerSvc,
-    client: fn(HyperClient) -> ClientSvc,
+    client: fn(HttpConnector, usize) -> ClientSvc,
 ) -> Sample {
     let server_rt = runtime(settings.server_threads);
     let app = Router::new().route("/", get(hello));
@@ -481,12 +340,9 @@ fn run(
     let sample = client_rt.block_on(async {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        let pool = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(settings.connections)
-            .build(connector);
         let uri: Uri = format!("http://{addr}/").parse().expect("valid uri");
         load(
-            client(pool),
+            client(connector, settings.connections),
             uri,
             settings.connections,
             settings.warmup,
