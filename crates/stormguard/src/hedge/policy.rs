@@ -4,6 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::health::HealthWindow;
+
 /// gRPC A6's client-side cap on `maxAttempts`: a policy asking for more gets this many.
 pub const MAX_ATTEMPTS: u32 = 5;
 
@@ -48,6 +50,35 @@ impl HedgeDelay {
             provider: Arc::new(provider),
             fallback,
         }
+    }
+
+    /// The `q` latency percentile of a shared health window (say 0.95), `fallback` while the
+    /// window is empty: the window the breaker and the retrier read, so hedging follows the
+    /// same view of the downstream.
+    ///
+    /// A window fed by a hedger only learns the latency of the attempts that finished; slow
+    /// losers are cancelled before they finish, which biases it low under heavy hedging. Feed
+    /// it from the first attempt of each call (or from all calls, hedged or not) to avoid that.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use stormguard::classify::Outcome;
+    /// use stormguard::clock::Clock;
+    /// use stormguard::health::{HealthConfig, HealthWindow};
+    /// use stormguard::hedge::HedgeDelay;
+    ///
+    /// let window = Arc::new(HealthWindow::new(HealthConfig::default(), Clock::system())?);
+    /// let delay = HedgeDelay::percentile(window.clone(), 0.95, Duration::from_millis(50));
+    /// assert_eq!(delay.resolve(), Duration::from_millis(50), "empty window: the fallback");
+    /// for _ in 0..100 {
+    ///     window.record(Outcome::Success, Duration::from_millis(8));
+    /// }
+    /// assert_eq!(Some(delay.resolve()), window.latency_percentile(0.95));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn percentile(window: Arc<HealthWindow>, q: f64, fallback: Duration) -> Self {
+        HedgeDelay::dynamic(fallback, move || window.latency_percentile(q))
     }
 
     /// The delay to use now.
