@@ -11,11 +11,10 @@ use std::time::SystemTime;
 
 use ::reqwest::Response;
 use http::HeaderMap;
-use stormguard::classify::{
-    Outcome, RETRY_EXHAUSTED, classify_http_response, classify_io_error, parse_retry_after,
-};
+use stormguard::classify::{Outcome, classify_http_response, classify_io_error, parse_retry_after};
 
-/// Classifies a response by its status, `Retry-After` and `X-Retry-Exhausted` headers.
+/// Classifies a response by its status, `Retry-After` and `X-Retry-Exhausted` headers (or a
+/// Finagle non-retryable nack).
 ///
 /// As the core's [`classify_http_response`]: 429 and 503 with a `Retry-After` are
 /// [`Outcome::Overloaded`] and wait at least that long (a malformed `Retry-After` counts as
@@ -54,10 +53,8 @@ fn classify_parts(status: u16, headers: &HeaderMap) -> Outcome {
             .and_then(|value| parse_retry_after(value.as_bytes(), SystemTime::now()).ok()),
         _ => None,
     };
-    let exhausted = headers
-        .get(RETRY_EXHAUSTED)
-        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"true"));
-    classify_http_response(status, retry_after, exhausted)
+    // `X-Retry-Exhausted: true` or a Finagle non-retryable nack, as the RetryLayer reads them.
+    classify_http_response(status, retry_after, crate::retry::is_exhausted(headers))
 }
 
 /// Classifies an error returned by the rest of the middleware chain.
