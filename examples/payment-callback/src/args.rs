@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
+use crate::broker::BrokerUrl;
 use crate::harness::{self, DEMO_SECRET, HarnessConfig, Scenario};
 use crate::launcher::{Launcher, READY_PREFIX};
 use crate::policy::{DEFAULT_POLICY, Policies};
@@ -54,6 +55,10 @@ pub struct HarnessArgs {
     /// file per scenario in a temporary directory].
     #[arg(long, value_name = "URL")]
     pub database_url: Option<DatabaseUrl>,
+    /// Where `order.paid` is published: `table` (a queue table in the database) or Redis
+    /// Streams at redis://HOST:PORT/.
+    #[arg(long, value_name = "URL", default_value = "table")]
+    pub broker: BrokerUrl,
     /// Delete the demo's rows (payments, notifications, broker, its outbox and inbox entries)
     /// at the start of each scenario.
     #[arg(long)]
@@ -84,6 +89,9 @@ pub struct ServeArgs {
     /// The database: sqlite:PATH, postgres://… or mysql://….
     #[arg(long, value_name = "URL", default_value = "sqlite:payment-callback.db")]
     pub database_url: DatabaseUrl,
+    /// Where `order.paid` is published: `table` or redis://HOST:PORT/.
+    #[arg(long, value_name = "URL", default_value = "table")]
+    pub broker: BrokerUrl,
     /// The risk service's check URL [default: start a healthy one in-process].
     #[arg(long, value_name = "URL")]
     pub risk_url: Option<String>,
@@ -183,6 +191,7 @@ async fn serve(args: ServeArgs) -> Result<(), DemoError> {
         listen: args.listen,
         database: args.database_url,
         risk_url,
+        broker: args.broker,
         secret: args.secret,
         policies,
         seed: args.seed,
@@ -215,6 +224,7 @@ async fn harness(args: HarnessArgs, launcher: Launcher) -> Result<(), DemoError>
     let config = HarnessConfig {
         quick: args.quick,
         database: args.database_url,
+        broker: args.broker,
         fresh: args.fresh,
         time_scale: args.time_scale,
         seed: args.seed,

@@ -27,21 +27,22 @@ use stormguard_idempotency::exactly_once::{OutboxMessage, Publisher};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::store::{Store, classify_db_error};
+use crate::broker::{Broker, BrokerError};
+use crate::store::Store;
 
-/// Publishes outbox messages to the broker table, under the `message-publish` policy.
+/// Publishes outbox messages to the broker, under the `message-publish` policy.
 #[derive(Debug)]
 pub struct BrokerPublisher {
-    store: Store,
+    broker: Broker,
     retrier: Retrier<Unlimited, (), SeededRandom>,
     wall: WallClock,
 }
 
 impl BrokerPublisher {
-    /// A publisher into `store`'s broker table.
-    pub fn new(store: Store, policy: &EndpointPolicy, seed: u64) -> Self {
+    /// A publisher into `broker`.
+    pub fn new(broker: Broker, policy: &EndpointPolicy, seed: u64) -> Self {
         BrokerPublisher {
-            store,
+            broker,
             retrier: Retrier::new(policy.retry).with_random(SeededRandom::new(seed)),
             wall: WallClock::system(),
         }
@@ -53,10 +54,10 @@ impl Publisher for BrokerPublisher {
         let now = self.wall.now_millis();
         self.retrier
             .run(
-                |_| self.store.publish(message, now),
-                |r: &Result<(), sqlx::Error>| match r {
+                |_| self.broker.publish(message, now),
+                |r: &Result<(), BrokerError>| match r {
                     Ok(()) => Outcome::Success,
-                    Err(e) => classify_db_error(e),
+                    Err(e) => e.classify(),
                 },
             )
             .await
@@ -72,8 +73,14 @@ pub struct Background {
 }
 
 impl Background {
-    /// Starts the relay and the consumer on `store`, polling every `idle` when not woken.
-    pub fn start(store: Store, publisher: BrokerPublisher, idle: Duration) -> Background {
+    /// Starts the relay (publishing with `publisher`) and the consumer (reading `broker`)
+    /// on `store`, polling every `idle` when not woken.
+    pub fn start(
+        store: Store,
+        broker: Broker,
+        publisher: BrokerPublisher,
+        idle: Duration,
+    ) -> Background {
         let relay_wake = Arc::new(Notify::new());
         let consumer_wake = Arc::new(Notify::new());
         let relay = tokio::spawn(relay_loop(
@@ -83,7 +90,7 @@ impl Background {
             consumer_wake.clone(),
             idle,
         ));
-        let consumer = tokio::spawn(consumer_loop(store, consumer_wake, idle));
+        let consumer = tokio::spawn(consumer_loop(store, broker, consumer_wake, idle));
         Background {
             relay_wake,
             tasks: vec![relay, consumer],
@@ -142,10 +149,10 @@ async fn relay_loop(
     }
 }
 
-async fn consumer_loop(store: Store, wake: Arc<Notify>, idle: Duration) {
+async fn consumer_loop(store: Store, broker: Broker, wake: Arc<Notify>, idle: Duration) {
     let wall = WallClock::system();
     loop {
-        match store.consume_once(100, wall.now_millis()).await {
+        match broker.consume_once(&store, 100, wall.now_millis()).await {
             Ok(done) => {
                 if done.applied > 0 {
                     metrics::counter!("payment_events_applied_total").increment(done.applied);

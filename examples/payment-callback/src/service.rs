@@ -42,6 +42,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::broker::{Broker, BrokerError, BrokerUrl};
 use crate::callback::{Rejection, TradeStatus, verify_and_parse};
 use crate::outbox::{Background, BrokerPublisher};
 use crate::policy::{Policies, PolicyError};
@@ -67,6 +68,8 @@ pub struct ServiceConfig {
     pub database: DatabaseUrl,
     /// The risk service's check URL.
     pub risk_url: String,
+    /// The broker `order.paid` is published to.
+    pub broker: BrokerUrl,
     /// The secret shared with the platform.
     pub secret: String,
     /// The dependencies' policies.
@@ -86,6 +89,9 @@ pub enum ServiceError {
     /// The database.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The broker.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
     /// The policy file.
     #[error(transparent)]
     Policy(#[from] PolicyError),
@@ -295,9 +301,11 @@ impl Service {
             policies.risk_budget()?,
             config.seed,
         )?;
+        let broker = Broker::connect(&config.broker, &store).await?;
         let publisher =
-            BrokerPublisher::new(store.clone(), &policies.publish, config.seed ^ 0x5eed);
-        let background = Background::start(store.clone(), publisher, Duration::from_millis(50));
+            BrokerPublisher::new(broker.clone(), &policies.publish, config.seed ^ 0x5eed);
+        let background =
+            Background::start(store.clone(), broker, publisher, Duration::from_millis(50));
         let state = Arc::new(AppState {
             signer,
             risk,
@@ -332,7 +340,12 @@ impl Service {
                 })
                 .await
         });
-        tracing::info!(%addr, database = config.database.kind(), "payment callback service listening");
+        tracing::info!(
+            %addr,
+            database = config.database.kind(),
+            broker = config.broker.kind(),
+            "payment callback service listening"
+        );
         Ok(Service {
             addr,
             store,

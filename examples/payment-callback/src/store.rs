@@ -46,6 +46,7 @@ use stormguard_idempotency::store::postgres::PostgresStore;
 use stormguard_idempotency::store::sqlite::SqliteStore;
 use tokio::sync::{Mutex, MutexGuard};
 
+use crate::broker::BrokerCounts;
 use crate::callback::{ORDER_PAID, PaymentCallback};
 
 /// The consumer name under which the notifier records processed events.
@@ -352,10 +353,19 @@ pub enum Recorded {
     Duplicate,
 }
 
+/// An `order.paid` message as the consumer receives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// The stable id it is deduplicated by.
+    pub event_id: String,
+    /// The callback that paid the order (JSON).
+    pub payload: Vec<u8>,
+}
+
 /// What one consumer pass did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Consumed {
-    /// Events taken from the broker (and acknowledged).
+    /// Events received from the broker.
     pub received: u64,
     /// Events applied for the first time.
     pub applied: u64,
@@ -363,7 +373,8 @@ pub struct Consumed {
     pub duplicates: u64,
 }
 
-/// Row counts for one run's orders (those whose number starts with a prefix).
+/// Row counts for one run's orders (those whose number starts with a prefix); the broker's
+/// are [`BrokerCounts`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
     /// Payment rows.
@@ -372,12 +383,6 @@ pub struct Counts {
     pub outbox: i64,
     /// Outbox messages marked published.
     pub outbox_published: i64,
-    /// Messages in the broker, duplicates included (publication is at least once).
-    pub broker: i64,
-    /// Distinct event ids in the broker.
-    pub broker_distinct: i64,
-    /// Broker messages acknowledged by the consumer.
-    pub broker_acked: i64,
     /// Notifications the consumer applied (one per applied event).
     pub applied: i64,
     /// Distinct event ids among them.
@@ -561,58 +566,71 @@ impl Store {
         })
     }
 
-    /// One consumer pass: takes up to `batch` unacknowledged `order.paid` messages from the
-    /// broker, applies each new one (a notification row) in one transaction with
-    /// `mark_processed`, then acknowledges them. A crash before the acknowledgement means
-    /// they are received again, and the inbox skips them.
-    pub async fn consume_once(&self, batch: i64, now: Millis) -> Result<Consumed, sqlx::Error> {
-        let events: Vec<(i64, String, Vec<u8>)> = on_pool!(&self.broker, |p, eo, Db| {
+    /// Up to `batch` unacknowledged `order.paid` messages from the broker table, oldest first,
+    /// with their row ids (to acknowledge).
+    pub async fn receive(&self, batch: i64) -> Result<Vec<(i64, Event)>, sqlx::Error> {
+        let rows: Vec<(i64, String, Vec<u8>)> = on_pool!(&self.broker, |p, eo, Db| {
             sqlx::query_as::<Db, (i64, String, Vec<u8>)>(&self.sql.unacked)
                 .bind(ORDER_PAID)
                 .bind(batch)
                 .fetch_all(p)
                 .await
         })?;
-        if events.is_empty() {
-            return Ok(Consumed::default());
-        }
-        let mut done = Consumed {
-            received: events.len() as u64,
-            ..Consumed::default()
-        };
-        {
-            let _writer = self.write_guard().await;
-            on_pool!(&self.business, |p, eo, Db| {
-                let mut tx = p.begin().await?;
-                for (_, event_id, payload) in &events {
-                    if eo::mark_processed(&mut tx, CONSUMER, event_id, now).await? {
-                        // The effect of the event: here, the customer's "order paid"
-                        // notification, recorded as a row.
-                        let order = PaymentCallback::parse(payload)
-                            .map(|cb| cb.out_trade_no)
-                            .unwrap_or_default();
-                        sqlx::query::<Db>(&self.sql.apply)
-                            .bind(event_id.as_str())
-                            .bind(order)
-                            .bind(now)
-                            .execute(&mut *tx)
-                            .await?;
-                        done.applied += 1;
-                    } else {
-                        done.duplicates += 1;
-                    }
-                }
-                tx.commit().await
-            })?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, event_id, payload)| (id, Event { event_id, payload }))
+            .collect())
+    }
+
+    /// Acknowledges broker-table messages by row id.
+    pub async fn acknowledge(&self, ids: &[i64], now: Millis) -> Result<(), sqlx::Error> {
+        if ids.is_empty() {
+            return Ok(());
         }
         on_pool!(&self.broker, |p, eo, Db| {
             let mut tx = p.begin().await?;
-            for (id, _, _) in &events {
+            for id in ids {
                 sqlx::query::<Db>(&self.sql.ack)
                     .bind(now)
                     .bind(*id)
                     .execute(&mut *tx)
                     .await?;
+            }
+            tx.commit().await
+        })
+    }
+
+    /// Applies received events exactly once: in one transaction, `mark_processed` for each,
+    /// and the event's effect (a notification row) only the first time. Acknowledge them
+    /// after this returns; a crash in between means they are received again and skipped.
+    pub async fn apply(&self, events: &[Event], now: Millis) -> Result<Consumed, sqlx::Error> {
+        let mut done = Consumed {
+            received: events.len() as u64,
+            ..Consumed::default()
+        };
+        if events.is_empty() {
+            return Ok(done);
+        }
+        let _writer = self.write_guard().await;
+        on_pool!(&self.business, |p, eo, Db| {
+            let mut tx = p.begin().await?;
+            for event in events {
+                if eo::mark_processed(&mut tx, CONSUMER, &event.event_id, now).await? {
+                    // The effect of the event: here, the customer's "order paid"
+                    // notification, recorded as a row.
+                    let order = PaymentCallback::parse(&event.payload)
+                        .map(|cb| cb.out_trade_no)
+                        .unwrap_or_default();
+                    sqlx::query::<Db>(&self.sql.apply)
+                        .bind(event.event_id.as_str())
+                        .bind(order)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                    done.applied += 1;
+                } else {
+                    done.duplicates += 1;
+                }
             }
             tx.commit().await
         })?;
@@ -638,13 +656,6 @@ impl Store {
                 .await
         })
         .map_err(sql_err("counting the outbox"))?;
-        let broker: (i64, i64, i64) = on_pool!(&self.broker, |p, eo, Db| {
-            sqlx::query_as::<Db, (i64, i64, i64)>(&self.sql.count_broker)
-                .bind(events_like.as_str())
-                .fetch_one(p)
-                .await
-        })
-        .map_err(sql_err("counting the broker"))?;
         let applied: (i64, i64) = on_pool!(&self.business, |p, eo, Db| {
             sqlx::query_as::<Db, (i64, i64)>(&self.sql.count_applied)
                 .bind(events_like.as_str())
@@ -656,16 +667,30 @@ impl Store {
             orders: orders.0,
             outbox: outbox.0,
             outbox_published: outbox.1,
-            broker: broker.0,
-            broker_distinct: broker.1,
-            broker_acked: broker.2,
             applied: applied.0,
             applied_distinct: applied.1,
         })
     }
 
+    /// The broker table's messages for the orders whose number starts with `prefix`.
+    pub async fn broker_counts(&self, prefix: &str) -> Result<BrokerCounts, StoreError> {
+        let events_like = format!("{ORDER_PAID}/{prefix}%");
+        let (messages, distinct, acked): (i64, i64, i64) = on_pool!(&self.broker, |p, eo, Db| {
+            sqlx::query_as::<Db, (i64, i64, i64)>(&self.sql.count_broker)
+                .bind(events_like.as_str())
+                .fetch_one(p)
+                .await
+        })
+        .map_err(sql_err("counting the broker"))?;
+        Ok(BrokerCounts {
+            messages,
+            distinct,
+            acked,
+        })
+    }
+
     /// Deletes every row of the demo's tables (and its outbox and inbox entries): a fresh
-    /// start on a shared server.
+    /// start on a shared server. The broker table is [`reset_broker`](Self::reset_broker).
     pub async fn reset(&self) -> Result<(), StoreError> {
         let _writer = self.write_guard().await;
         on_pool!(&self.business, |p, eo, Db| {
@@ -674,15 +699,18 @@ impl Store {
                 .await
                 .map(|_| ())
         })
-        .map_err(sql_err("resetting tables"))?;
+        .map_err(sql_err("resetting tables"))
+    }
+
+    /// Deletes every message of the broker table.
+    pub async fn reset_broker(&self) -> Result<(), StoreError> {
         on_pool!(&self.broker, |p, eo, Db| {
             sqlx::raw_sql(&self.sql.reset_broker)
                 .execute(p)
                 .await
                 .map(|_| ())
         })
-        .map_err(sql_err("resetting the broker"))?;
-        Ok(())
+        .map_err(sql_err("resetting the broker"))
     }
 
     /// Closes the pools.

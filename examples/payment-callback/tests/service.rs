@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use stormguard_payment_callback::broker::BrokerUrl;
 use stormguard_payment_callback::callback::PaymentCallback;
 use stormguard_payment_callback::policy::Policies;
 use stormguard_payment_callback::risk::{RiskFaults, RiskServer};
@@ -32,6 +33,7 @@ async fn fixture(faults: RiskFaults) -> Fixture {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         database: url.clone(),
         risk_url: risk.url(),
+        broker: BrokerUrl::Table,
         secret: SECRET.into(),
         policies: Policies::default_policies().expect("policy"),
         seed: 7,
