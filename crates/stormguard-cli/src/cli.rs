@@ -36,6 +36,12 @@ pub(crate) enum Command {
         #[command(subcommand)]
         scenario: Scenario,
     },
+    /// Run a reference service under load and faults, and check its invariants.
+    Demo {
+        /// The demo.
+        #[command(subcommand)]
+        demo: crate::demo::Demo,
+    },
 }
 
 /// The scenarios of `simulate`.
@@ -465,7 +471,9 @@ mod tests {
     fn scenario(args: &[&str]) -> Scenario {
         let cli =
             Cli::try_parse_from(["stormguard", "simulate"].iter().chain(args)).expect("parses");
-        let Command::Simulate { scenario } = cli.command;
+        let Command::Simulate { scenario } = cli.command else {
+            panic!("simulate parses as simulate");
+        };
         scenario
     }
 

@@ -5,9 +5,14 @@
 //! series to an SVG or PNG file. Bad input — a flag clap cannot parse, or a value a scenario
 //! refuses — prints a message naming the flag and exits with status 2; an I/O failure
 //! (writing the plot or stdout) exits with status 1.
+//!
+//! `stormguard demo payment-callback` runs the payment-callback reference service under its
+//! load and chaos harness ([`stormguard_payment_callback`]) and prints the verification table;
+//! a violated invariant exits with status 1.
 
 mod bar;
 mod cli;
+mod demo;
 mod help;
 mod parse;
 mod plot;

@@ -19,6 +19,8 @@ pub(crate) enum Failure {
     Usage(String),
     /// Writing output failed: exit status 1.
     Io(String),
+    /// A demo found a violated invariant or could not run: exit status 1.
+    Failed(String),
 }
 
 impl Failure {
@@ -26,7 +28,7 @@ impl Failure {
     pub(crate) fn status(&self) -> u8 {
         match self {
             Failure::Usage(_) => 2,
-            Failure::Io(_) => 1,
+            Failure::Io(_) | Failure::Failed(_) => 1,
         }
     }
 }
@@ -34,7 +36,7 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Usage(m) | Failure::Io(m) => f.write_str(m),
+            Failure::Usage(m) | Failure::Io(m) | Failure::Failed(m) => f.write_str(m),
         }
     }
 }
@@ -47,7 +49,10 @@ impl From<InvalidParam> for Failure {
 
 /// Runs `cli` and returns what to print on stdout.
 pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
-    let Command::Simulate { scenario } = cli.command;
+    let scenario = match cli.command {
+        Command::Simulate { scenario } => scenario,
+        Command::Demo { demo } => return crate::demo::run(demo),
+    };
     match scenario {
         Scenario::Storm(a) => {
             let cfg = a.config();
