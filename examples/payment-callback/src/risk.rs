@@ -22,26 +22,29 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use axum::BoxError;
 use axum::Router;
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::post;
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use stormguard::budget::RetryBudget;
 use stormguard::classify::{Outcome, RETRY_EXHAUSTED, classify_http_response};
 use stormguard::config::EndpointPolicy;
+use stormguard::fault::{Abort, FaultConfig, FaultInjector, Latency};
 use stormguard::retry::{
     AttemptOutcome, Call, Failure, Retrier, RetryObserver, RetryReason, SeededRandom, StopReason,
 };
+use stormguard_tower::fault::FaultLayer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tower::ServiceBuilder;
 
 use crate::callback::PaymentCallback;
 
@@ -57,6 +60,10 @@ pub const DEPENDENCY: &str = "risk-check";
 
 /// What the risk service does wrong, changeable while it runs, and what it saw.
 ///
+/// Three seeded [`FaultInjector`]s, each served by a stormguard-tower [`FaultLayer`]: an
+/// extra latency on every request, `503` at a failure rate, and an outage switch that
+/// answers every request with `503` while it is on.
+///
 /// # Example
 ///
 /// ```
@@ -69,11 +76,10 @@ pub const DEPENDENCY: &str = "risk-check";
 /// ```
 #[derive(Debug)]
 pub struct RiskFaults {
-    failure_ppm: AtomicU32,
-    latency_min_us: AtomicU64,
-    latency_max_us: AtomicU64,
-    down: AtomicBool,
-    rng: Mutex<SmallRng>,
+    seed: u64,
+    latency: Arc<FaultInjector>,
+    failures: Arc<FaultInjector>,
+    outage: Arc<FaultInjector>,
     stats: RiskStats,
 }
 
@@ -124,14 +130,17 @@ impl RiskCounts {
 }
 
 impl RiskFaults {
-    /// A healthy service whose random draws are seeded with `seed`.
+    /// A healthy service whose later faults draw from `seed`.
     pub fn new(seed: u64) -> Self {
         RiskFaults {
-            failure_ppm: AtomicU32::new(0),
-            latency_min_us: AtomicU64::new(0),
-            latency_max_us: AtomicU64::new(0),
-            down: AtomicBool::new(false),
-            rng: Mutex::new(SmallRng::seed_from_u64(seed)),
+            seed,
+            latency: injector(FaultConfig::new(seed)),
+            failures: injector(FaultConfig::new(seed ^ 0x9e37).with_abort(0.0, UNAVAILABLE)),
+            outage: injector(
+                FaultConfig::new(seed ^ 0x7f4a)
+                    .with_abort(1.0, UNAVAILABLE)
+                    .with_enabled(false),
+            ),
             stats: RiskStats::default(),
         }
     }
@@ -142,12 +151,13 @@ impl RiskFaults {
         self
     }
 
-    /// Adds a uniformly drawn latency in `min..=max` to every request.
-    pub fn with_latency(self, min: Duration, max: Duration) -> Self {
-        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        self.latency_min_us.store(us(min), Ordering::Relaxed);
-        self.latency_max_us
-            .store(us(max.max(min)), Ordering::Relaxed);
+    /// Adds a uniformly drawn latency in `min..max` to every request.
+    pub fn with_latency(mut self, min: Duration, max: Duration) -> Self {
+        let latency = Latency::Uniform {
+            min,
+            max: max.max(min),
+        };
+        self.latency = injector(FaultConfig::new(self.seed).with_latency(1.0, latency));
         self
     }
 
@@ -158,20 +168,22 @@ impl RiskFaults {
         } else {
             rate.clamp(0.0, 1.0)
         };
-        // In range 0..=1e6 after clamping.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        self.failure_ppm
-            .store((rate * 1e6).round() as u32, Ordering::Relaxed);
+        // In range after clamping, so the injector accepts it.
+        let _ = self.failures.set_abort_rate(rate);
     }
 
     /// Switches "down" (every request answered `503`) on or off.
     pub fn set_down(&self, down: bool) {
-        self.down.store(down, Ordering::SeqCst);
+        if down {
+            self.outage.enable();
+        } else {
+            self.outage.disable();
+        }
     }
 
     /// Whether the service is down.
     pub fn is_down(&self) -> bool {
-        self.down.load(Ordering::SeqCst)
+        self.outage.is_enabled()
     }
 
     /// What the service has seen so far.
@@ -186,23 +198,20 @@ impl RiskFaults {
             peak_in_flight_while_down: s.peak_in_flight_while_down.load(Ordering::SeqCst),
         }
     }
+}
 
-    /// Draws this request's fate: (extra latency, fail?).
-    fn draw(&self) -> (Duration, bool) {
-        let min = self.latency_min_us.load(Ordering::Relaxed);
-        let max = self.latency_max_us.load(Ordering::Relaxed);
-        let ppm = self.failure_ppm.load(Ordering::Relaxed);
-        let Ok(mut rng) = self.rng.lock() else {
-            return (Duration::ZERO, false);
-        };
-        let latency = if max > min {
-            rng.random_range(min..=max)
-        } else {
-            min
-        };
-        let fail = ppm > 0 && rng.random_range(0..1_000_000) < ppm;
-        (Duration::from_micros(latency), fail)
-    }
+/// The risk service's failure answer.
+const UNAVAILABLE: Abort = Abort::Status {
+    status: 503,
+    retry_after: None,
+};
+
+/// An injector from a configuration that is valid by construction: rates of 0 or 1 (the
+/// failure rate is clamped before it is set), status 503, a uniform range never reversed.
+fn injector(config: FaultConfig) -> Arc<FaultInjector> {
+    Arc::new(
+        FaultInjector::new(config).expect("risk fault configurations are valid by construction"),
+    )
 }
 
 /// Decrements the in-flight count when a request ends, however it ends.
@@ -214,10 +223,9 @@ impl Drop for InFlight<'_> {
     }
 }
 
-// LAYER: FaultLayer — this middleware is the risk service's fault injection (failure rate,
-// added latency, "down" switch); swap in stormguard-tower's FaultLayer here once it lands,
-// keeping the attempt counting below.
-async fn inject_faults(
+// The risk service's own bookkeeping, outside its fault layers: which attempt each request
+// is, whether the service was down, how many answers were failures.
+async fn count_requests(
     State(faults): State<Arc<RiskFaults>>,
     req: Request,
     next: Next,
@@ -244,15 +252,11 @@ async fn inject_faults(
         s.peak_in_flight_while_down
             .fetch_max(now_in_flight, Ordering::SeqCst);
     }
-    let (latency, fail) = faults.draw();
-    if !latency.is_zero() {
-        tokio::time::sleep(latency).await;
-    }
-    if down || fail {
+    let response = next.run(req).await;
+    if response.status() == StatusCode::SERVICE_UNAVAILABLE {
         s.failed.fetch_add(1, Ordering::SeqCst);
-        return (StatusCode::SERVICE_UNAVAILABLE, "risk service unavailable").into_response();
     }
-    next.run(req).await
+    response
 }
 
 async fn check_handler() -> &'static str {
@@ -275,9 +279,20 @@ impl RiskServer {
         let addr = listener.local_addr()?;
         let app = Router::new()
             .route("/risk/check", post(check_handler))
+            // Latency first, then the outage switch, then the failure rate; the bookkeeping
+            // around them all. Only injected resets would be errors, and none are configured.
+            .layer(
+                ServiceBuilder::new()
+                    .layer(HandleErrorLayer::new(|error: BoxError| async move {
+                        (StatusCode::SERVICE_UNAVAILABLE, error.to_string())
+                    }))
+                    .layer(FaultLayer::new(faults.latency.clone()))
+                    .layer(FaultLayer::new(faults.outage.clone()))
+                    .layer(FaultLayer::new(faults.failures.clone())),
+            )
             .layer(middleware::from_fn_with_state(
                 faults.clone(),
-                inject_faults,
+                count_requests,
             ));
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -606,12 +621,20 @@ mod tests {
     #[test]
     fn fault_draws_follow_the_rate() {
         let faults = RiskFaults::new(1).with_failure_rate(0.12);
-        let failed = (0..10_000).filter(|_| faults.draw().1).count();
+        let fails = |f: &RiskFaults| f.failures.draw().abort.is_some();
+        let failed = (0..10_000).filter(|_| fails(&faults)).count();
         assert!((1_000..1_400).contains(&failed), "{failed}");
         let healthy = RiskFaults::new(1);
-        assert!((0..1000).all(|_| !healthy.draw().1));
+        assert!((0..1000).all(|_| !fails(&healthy)));
         let always = RiskFaults::new(1).with_failure_rate(f64::INFINITY);
-        assert!((0..1000).all(|_| always.draw().1));
+        assert!((0..1000).all(|_| fails(&always)));
+        always.set_failure_rate(f64::NAN);
+        assert!((0..1000).all(|_| !fails(&always)), "NaN means no failures");
+        let down = RiskFaults::new(1);
+        down.set_down(true);
+        assert!((0..100).all(|_| down.outage.draw().abort.is_some()));
+        down.set_down(false);
+        assert!((0..100).all(|_| down.outage.draw().is_none()));
     }
 
     #[test]

@@ -26,18 +26,17 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use stormguard::budget::Unlimited;
 use stormguard::classify::{Outcome, RETRY_EXHAUSTED};
-use stormguard::clock::Clock;
-use stormguard::deadline::{self, Deadline};
 use stormguard::retry::{Call, Retrier, SeededRandom};
 use stormguard_idempotency::WallClock;
+use stormguard_tower::DeadlineLayer;
+use stormguard_tower::deadline::InvalidDeadlineConfig;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
@@ -101,6 +100,9 @@ pub enum ServiceError {
     /// The secret.
     #[error(transparent)]
     Secret(#[from] EmptySecret),
+    /// The business deadline (zero is refused).
+    #[error("business deadline: {0}")]
+    Deadline(#[from] InvalidDeadlineConfig),
     /// Binding or serving the port.
     #[error("listening on {addr}: {source}")]
     Listen {
@@ -235,25 +237,6 @@ async fn handle(app: &AppState, headers: &HeaderMap, body: &[u8]) -> (&'static s
     }
 }
 
-// LAYER: DeadlineLayer — this middleware sets the callback's business deadline (the task's
-// current deadline, read by every retrier and per-try timeout below) and cuts the request when
-// it is reached; replace it with stormguard-tower's DeadlineLayer(4.5 s) once it lands.
-async fn business_deadline(State(budget): State<Duration>, req: Request, next: Next) -> Response {
-    let deadline = Deadline::after(budget, Clock::tokio());
-    match tokio::time::timeout(budget, deadline::scope(deadline, next.run(req))).await {
-        Ok(response) => response,
-        Err(_) => {
-            metrics::counter!("payment_callbacks_total", "result" => "deadline_exceeded")
-                .increment(1);
-            tracing::error!(
-                budget_ms = budget.as_millis(),
-                "callback cut by its business deadline"
-            );
-            answer(StatusCode::INTERNAL_SERVER_ERROR, "fail")
-        }
-    }
-}
-
 async fn render_metrics() -> Response {
     match metrics_handle() {
         Some(handle) => {
@@ -317,10 +300,15 @@ impl Service {
         });
         let app = Router::new()
             .route(CALLBACK_PATH, post(callback))
-            .route_layer(middleware::from_fn_with_state(
-                config.deadline,
-                business_deadline,
-            ))
+            // The business deadline (4.5 s): the task's current deadline for every retrier and
+            // per-try timeout below, and the handler is cut (504) when it passes. The platform
+            // sends no deadline header, so the default applies; the maximum caps one that would.
+            .route_layer(
+                DeadlineLayer::new()
+                    .with_default_timeout(config.deadline)
+                    .with_max(config.deadline)
+                    .validate()?,
+            )
             .layer(DefaultBodyLimit::max(MAX_BODY))
             .with_state(state)
             .route("/metrics", get(render_metrics))
