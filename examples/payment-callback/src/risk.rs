@@ -45,6 +45,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tower::ServiceBuilder;
+use tracing::Instrument;
 
 use crate::callback::PaymentCallback;
 
@@ -532,6 +533,17 @@ impl RiskClient {
                         .header(ATTEMPT_HEADER, attempt.number)
                         .header("content-type", "application/json")
                         .body(body.clone());
+                    // One span per attempt, named and shaped like the RetryLayer's.
+                    let span = tracing::info_span!(
+                        target: "stormguard::retry",
+                        "stormguard.attempt",
+                        dependency = DEPENDENCY,
+                        retry.attempt = attempt.number,
+                        http.request.resend_count = attempt.number.saturating_sub(1),
+                        http.response.status_code = tracing::field::Empty,
+                        elapsed_ms = tracing::field::Empty,
+                    );
+                    let attempt_span = span.clone();
                     async move {
                         let result = request.send().await.map(|r| RiskResponse {
                             status: r.status().as_u16(),
@@ -555,8 +567,15 @@ impl RiskClient {
                             };
                             h.push(record);
                         }
+                        if let Ok(r) = &result {
+                            attempt_span.record("http.response.status_code", r.status);
+                        }
+                        let elapsed_ms =
+                            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                        attempt_span.record("elapsed_ms", elapsed_ms);
                         result
                     }
+                    .instrument(span)
                 },
                 classify,
             )
