@@ -5,20 +5,23 @@
 //! 1. **verify the signature** over the raw body — a missing, malformed or wrong one is `401`
 //!    `fail`, with no call and no write;
 //! 2. **parse** the payload — an invalid one is `400` `fail`;
-//! 3. **check risk** with budgeted retries — when they are exhausted: `500` with
+//! 3. **answer a known duplicate at once** — an order already paid is `200` `success` without a
+//!    risk check (its first delivery passed one): a redelivery storm costs the risk service
+//!    nothing;
+//! 4. **check risk** with budgeted retries — when they are exhausted: `500` with
 //!    `X-Retry-Exhausted: true`, the whole attempt history logged at error level, and a count
 //!    in `payment_retry_exhausted_total`; the platform redelivers on its own schedule;
-//! 4. **record the payment exactly once** — one transaction: the row keyed by `out_trade_no`,
+//! 5. **record the payment exactly once** — one transaction: the row keyed by `out_trade_no`,
 //!    and the `order.paid` outbox message only if the row is new;
-//! 5. answer `200` `success` — for a duplicate too, since the order *is* paid.
+//! 6. answer `200` `success` — for a concurrent duplicate too, since the order *is* paid.
 //!
 //! The callback itself is never retried here: the platform owns that schedule, and retrying
 //! under it would only interfere. The whole request runs under a 4.5 s business deadline (the
-//! platform waits 5 s), which every outgoing call reads and which cuts the request if it is
-//! ever reached.
+//! platform waits 5 s), set by stormguard-tower's `DeadlineLayer`: every outgoing call reads
+//! it, and the request is cut (`504`) if it is ever reached.
 //!
-//! Every delivery runs the risk check, duplicates included, as in the reference design: the
-//! risk service sees every notification, so its retry rate is measured over all of them.
+//! Duplicates that arrive while the first delivery is still running (the concurrent half of a
+//! burst) are all risk-checked; the insert decides which one records the payment.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -180,6 +183,15 @@ async fn handle(app: &AppState, headers: &HeaderMap, body: &[u8]) -> (&'static s
             "trade closed; nothing to record"
         );
         return ("closed", answer(StatusCode::OK, "success"));
+    }
+    // A redelivery of an order already paid needs no risk check: its first delivery passed
+    // one. (A failed read is not fatal: the insert below decides exactly-once either way.)
+    if let Ok(true) = app.store.is_paid(&cb.out_trade_no).await {
+        tracing::info!(
+            out_trade_no = cb.out_trade_no,
+            "duplicate callback; already paid"
+        );
+        return ("duplicate", answer(StatusCode::OK, "success"));
     }
     if let Err(exhausted) = app.risk.check(&cb).await {
         metrics::counter!("payment_retry_exhausted_total", "dependency" => RISK).increment(1);

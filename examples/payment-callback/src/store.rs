@@ -184,6 +184,7 @@ struct Sql {
     ack: String,
     apply: String,
     count_orders: String,
+    find_order: String,
     count_outbox: String,
     count_broker: String,
     count_applied: String,
@@ -225,6 +226,7 @@ impl Sql {
                 "INSERT INTO payment_notifications (event_id, out_trade_no, applied_at) VALUES (?, ?, ?)",
             ),
             count_orders: q("SELECT COUNT(*) FROM payment_orders WHERE out_trade_no LIKE ?"),
+            find_order: q("SELECT COUNT(*) FROM payment_orders WHERE out_trade_no = ?"),
             count_outbox: q(
                 "SELECT COUNT(*), COUNT(published_at) FROM stormguard_outbox WHERE event_id LIKE ?",
             ),
@@ -535,6 +537,18 @@ impl Store {
                 Recorded::Duplicate
             })
         })
+    }
+
+    /// Whether `out_trade_no` is already recorded as paid: a plain read, no lock, so a
+    /// duplicate of a paid order is answered without calling anything else.
+    pub async fn is_paid(&self, out_trade_no: &str) -> Result<bool, sqlx::Error> {
+        let found: (i64,) = on_pool!(&self.business, |p, eo, Db| {
+            sqlx::query_as::<Db, (i64,)>(&self.sql.find_order)
+                .bind(out_trade_no)
+                .fetch_one(p)
+                .await
+        })?;
+        Ok(found.0 > 0)
     }
 
     /// One outbox relay pass (the idempotency crate's `Relay`), publishing with `publisher`.

@@ -28,9 +28,9 @@ async fn duplicates_make_one_row_and_one_event() {
     assert_eq!((r.counts.applied, r.counts.applied_distinct), (1, 1));
     assert_eq!(r.broker.distinct, 1);
     assert_eq!(r.broker.acked, r.broker.messages);
-    // The risk service failed some calls and they were retried: every delivery was checked.
-    assert!(r.risk.first_attempts() >= 200, "{:?}", r.risk);
-    assert!(r.risk.retries > 0, "{:?}", r.risk);
+    // Deliveries that arrived before the order was paid were risk-checked (and retried when
+    // the check failed); later duplicates are answered from the database without a check.
+    assert!((1..=200).contains(&r.risk.first_attempts()), "{:?}", r.risk);
     assert!(r.max_latency <= stormguard_payment_callback::service::BUSINESS_DEADLINE);
 }
 
