@@ -375,17 +375,27 @@ fn main() -> ExitCode {
     );
     let mut bare = Sample::new();
     let mut layers = Sample::new();
+    // Where the cost is: the server's layer alone, then the client's alone.
+    let mut server_only = Sample::new();
+    let mut client_only = Sample::new();
     for _ in 0..settings.rounds {
         bare.add(&run(&settings, bare_server, bare_client));
         layers.add(&run(&settings, layered_server, layered_client));
+        server_only.add(&run(&settings, layered_server, bare_client));
+        client_only.add(&run(&settings, bare_server, layered_client));
     }
     println!(
-        "{:<8} {:>10} {:>10} {:>8} {:>8} {:>9} {:>7}",
+        "{:<12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>7}",
         "variant", "requests", "req/s", "p50 µs", "p99 µs", "p99.9 µs", "errors"
     );
-    for (name, sample) in [("bare", &bare), ("layers", &layers)] {
+    for (name, sample) in [
+        ("bare", &bare),
+        ("layers", &layers),
+        ("server only", &server_only),
+        ("client only", &client_only),
+    ] {
         println!(
-            "{:<8} {:>10} {:>10.0} {:>8} {:>8} {:>9} {:>7}",
+            "{:<12} {:>10} {:>10.0} {:>8} {:>8} {:>9} {:>7}",
             name,
             sample.requests,
             sample.throughput(),
