@@ -74,16 +74,32 @@ fn layered_server(app: Router) -> ServerSvc {
     server_service(ServiceBuilder::new().layer(deadline).service(app))
 }
 
-/// The client stack of the "layers" variant.
+/// The client stack of the "layers" variant: 500 ms per try, each attempt under a timer.
 fn layered_client(connector: HttpConnector, connections: usize) -> ClientSvc {
+    client_stack(connector, connections, Some(Duration::from_millis(500)))
+}
+
+/// The same stack without a per-try timeout: the deadline alone bounds the call (the retrier
+/// checks it before each retry and the server cuts the handler), so no client timer is armed.
+fn layered_client_deadline_only(connector: HttpConnector, connections: usize) -> ClientSvc {
+    client_stack(connector, connections, None)
+}
+
+/// RetryLayer over PropagateDeadlineLayer over hyper's pool, each request under a 1 s deadline.
+fn client_stack(
+    connector: HttpConnector,
+    connections: usize,
+    per_try: Option<Duration>,
+) -> ClientSvc {
     let pool: Client<HttpConnector, RequestBody<Empty<Bytes>>> =
         Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(connections)
             .build(connector);
-    let policy = RetryPolicy::new(3)
-        .with_per_try_timeout(Duration::from_millis(500))
-        .validate()
-        .expect("valid policy");
+    let mut policy = RetryPolicy::new(3);
+    if let Some(per_try) = per_try {
+        policy = policy.with_per_try_timeout(per_try);
+    }
+    let policy = policy.validate().expect("valid policy");
     let budget = Arc::new(TokenBucket::grpc(100, 0.1).expect("valid budget"));
     let propagate = PropagateDeadlineLayer::new()
         .with_reserve(Reserve::fraction(0.1).expect("valid reserve"))
@@ -378,11 +394,17 @@ fn main() -> ExitCode {
     // Where the cost is: the server's layer alone, then the client's alone.
     let mut server_only = Sample::new();
     let mut client_only = Sample::new();
+    let mut deadline_only = Sample::new();
     for _ in 0..settings.rounds {
         bare.add(&run(&settings, bare_server, bare_client));
         layers.add(&run(&settings, layered_server, layered_client));
         server_only.add(&run(&settings, layered_server, bare_client));
         client_only.add(&run(&settings, bare_server, layered_client));
+        deadline_only.add(&run(
+            &settings,
+            layered_server,
+            layered_client_deadline_only,
+        ));
     }
     println!(
         "{:<12} {:>10} {:>10} {:>8} {:>8} {:>9} {:>7}",
@@ -393,6 +415,7 @@ fn main() -> ExitCode {
         ("layers", &layers),
         ("server only", &server_only),
         ("client only", &client_only),
+        ("no per-try", &deadline_only),
     ] {
         println!(
             "{:<12} {:>10} {:>10.0} {:>8} {:>8} {:>9} {:>7}",
