@@ -13,61 +13,15 @@ use super::observe::{HedgeObserver, HedgeStop, HedgingStopped};
 use super::policy::{HedgePolicy, MAX_ATTEMPTS};
 use crate::budget::{RequestGuard, RetryBudget, RetryGuard, Unlimited, Withdrawal};
 use crate::classify::{Outcome, Pushback};
-use crate::deadline::{self, Deadline};
-use crate::retry::{Attempt, IdempotencyKey};
+use crate::retry::Attempt;
 
-/// Per-call options: idempotency and deadline.
+/// Per-call options: idempotency and deadline, the same [`Call`](crate::retry::Call) a
+/// retried call takes.
 ///
 /// A call is hedged only when it is idempotent (this call says so, or the policy's default
 /// does) or carries an idempotency key; otherwise it gets a single attempt, because two
 /// copies of a payment may both take effect.
-#[derive(Clone, Debug, Default)]
-pub struct HedgeCall {
-    idempotent: Option<bool>,
-    key: Option<IdempotencyKey>,
-    deadline: Option<Deadline>,
-}
-
-impl HedgeCall {
-    /// Options that follow the policy's defaults.
-    pub const fn new() -> Self {
-        HedgeCall {
-            idempotent: None,
-            key: None,
-            deadline: None,
-        }
-    }
-
-    /// Overrides whether this call is idempotent.
-    pub fn idempotent(mut self, idempotent: bool) -> Self {
-        self.idempotent = Some(idempotent);
-        self
-    }
-
-    /// Carries `key` on every attempt; a keyed call may be hedged.
-    pub fn with_key(mut self, key: IdempotencyKey) -> Self {
-        self.key = Some(key);
-        self
-    }
-
-    /// Bounds this call by `deadline` (the task's current deadline still applies if earlier).
-    pub fn with_deadline(mut self, deadline: Deadline) -> Self {
-        self.deadline = Some(deadline);
-        self
-    }
-
-    fn hedge_safe(&self, policy_default: bool) -> bool {
-        self.key.is_some() || self.idempotent.unwrap_or(policy_default)
-    }
-
-    fn remaining(&self) -> Option<Duration> {
-        let current = deadline::with_current(|d| d.map(Deadline::remaining));
-        match (self.deadline.as_ref().map(Deadline::remaining), current) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-}
+pub type HedgeCall = crate::retry::Call;
 
 /// How a hedged call failed.
 #[derive(Debug)]
@@ -308,7 +262,7 @@ impl<B: RetryBudget, O: HedgeObserver> Hedger<B, O> {
         let _request = RequestGuard::new(&self.budget);
         let start = Instant::now();
         let deadline_at = call.remaining().and_then(|left| start.checked_add(left));
-        let max = if call.hedge_safe(self.policy.idempotent()) {
+        let max = if call.is_retry_safe(self.policy.idempotent()) {
             self.policy.max_attempts()
         } else {
             1
@@ -320,7 +274,7 @@ impl<B: RetryBudget, O: HedgeObserver> Hedger<B, O> {
         };
         let attempt = |number: u32| Attempt {
             number,
-            key: call.key.clone(),
+            key: call.key().cloned(),
             timeout: deadline_at.map(|at| at.saturating_duration_since(Instant::now())),
         };
 

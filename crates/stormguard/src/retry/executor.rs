@@ -107,7 +107,13 @@ impl Call {
         self.key.is_some() || self.idempotent.unwrap_or(policy_default)
     }
 
-    fn remaining(&self) -> Option<Duration> {
+    /// The call's idempotency key.
+    pub(crate) fn key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    /// The time left: the earlier of this call's deadline and the task's current one.
+    pub(crate) fn remaining(&self) -> Option<Duration> {
         let current = deadline::with_current(|d| d.map(Deadline::remaining));
         match (self.deadline.as_ref().map(Deadline::remaining), current) {
             (Some(a), Some(b)) => Some(a.min(b)),
