@@ -250,9 +250,11 @@ impl Settings {
     }
 }
 
-fn runtime(threads: usize) -> tokio::runtime::Runtime {
+/// A runtime whose threads are named `name` (so a profile can tell client from server).
+fn runtime(threads: usize, name: &str) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
+        .thread_name(name)
         .enable_all()
         .build()
         .expect("tokio runtime")
@@ -349,10 +351,10 @@ fn run(
     server: fn(Router) -> ServerSvc,
     client: fn(HttpConnector, usize) -> ClientSvc,
 ) -> Sample {
-    let server_rt = runtime(settings.server_threads);
+    let server_rt = runtime(settings.server_threads, "lb-server");
     let app = Router::new().route("/", get(hello));
     let addr = server_rt.block_on(start_server(server(app)));
-    let client_rt = runtime(settings.client_threads);
+    let client_rt = runtime(settings.client_threads, "lb-client");
     let sample = client_rt.block_on(async {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);

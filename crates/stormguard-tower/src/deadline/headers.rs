@@ -76,9 +76,18 @@ impl DeadlineHeader {
         }
     }
 
-    /// The header's name as an [`http::HeaderName`].
+    /// The header's name as an [`http::HeaderName`] (a constant: nothing is parsed per call).
     pub const fn header_name(self) -> HeaderName {
-        HeaderName::from_static(self.name())
+        const GRPC: HeaderName = HeaderName::from_static(GRPC_TIMEOUT);
+        const CONNECT: HeaderName = HeaderName::from_static(CONNECT_TIMEOUT_MS);
+        const ENVOY: HeaderName = HeaderName::from_static(ENVOY_EXPECTED_RQ_TIMEOUT_MS);
+        const ABSOLUTE: HeaderName = HeaderName::from_static(REQUEST_DEADLINE);
+        match self {
+            DeadlineHeader::GrpcTimeout => GRPC,
+            DeadlineHeader::ConnectTimeoutMs => CONNECT,
+            DeadlineHeader::EnvoyExpectedRqTimeoutMs => ENVOY,
+            DeadlineHeader::RequestDeadline => ABSOLUTE,
+        }
     }
 
     /// Whether the header carries an absolute time (and so depends on clocks agreeing).
@@ -385,7 +394,7 @@ impl HeaderReader {
             errors: [None; 4],
         };
         for (slot, header) in self.headers.iter().enumerate() {
-            let mut values = headers.get_all(header.name()).iter();
+            let mut values = headers.get_all(header.header_name()).iter();
             let Some(value) = values.next() else {
                 continue;
             };
@@ -498,7 +507,7 @@ pub(crate) fn write_deadline(
     wall: &WallClock,
 ) {
     for header in DeadlineHeaders::ALL.iter() {
-        headers.remove(header.name());
+        headers.remove(header.header_name());
     }
     for header in formats.iter() {
         headers.insert(header.header_name(), header.encode(remaining, wall));

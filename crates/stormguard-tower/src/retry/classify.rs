@@ -9,7 +9,7 @@ use std::error::Error as StdError;
 use std::io;
 use std::time::SystemTime;
 
-use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use stormguard::classify::{
     GrpcCode, GrpcCodeSet, Outcome, RETRY_EXHAUSTED, classify_grpc, classify_http_response,
     classify_io_error, parse_retry_after,
@@ -32,8 +32,12 @@ pub const GRPC_PREVIOUS_ATTEMPTS: &str = "grpc-previous-rpc-attempts";
 /// The request header that carries an idempotency key (IETF httpapi draft).
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
-const GRPC_STATUS: &str = "grpc-status";
-const GRPC_PUSHBACK: &str = "grpc-retry-pushback-ms";
+// Header names as constants, so that a lookup parses nothing.
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+const IDEMPOTENCY_KEY_NAME: HeaderName = HeaderName::from_static(IDEMPOTENCY_KEY);
+const RETRY_EXHAUSTED_NAME: HeaderName = HeaderName::from_static(RETRY_EXHAUSTED);
+const FINAGLE_NACK_NAME: HeaderName = HeaderName::from_static(FINAGLE_NONRETRYABLE_NACK);
 
 /// Whether a header value says `true` (ASCII case-insensitive, surrounding spaces and tabs
 /// ignored): the value of [`RETRY_EXHAUSTED_HEADER`] that marks a response.
@@ -61,17 +65,17 @@ pub fn is_true(value: &[u8]) -> bool {
 /// ```
 pub fn is_exhausted(headers: &HeaderMap) -> bool {
     headers
-        .get_all(RETRY_EXHAUSTED)
+        .get_all(RETRY_EXHAUSTED_NAME)
         .iter()
         .any(|v| is_true(v.as_bytes()))
-        || headers.contains_key(FINAGLE_NONRETRYABLE_NACK)
+        || headers.contains_key(FINAGLE_NACK_NAME)
 }
 
 /// Adds `X-Retry-Exhausted: true` to `headers`: a handler that forwards a downstream failure
 /// (or turns a [`Error`](super::Error) whose [`is_exhausted`](super::Error::is_exhausted) is
 /// true into a response) calls this so no layer upstream retries it again.
 pub fn mark_exhausted(headers: &mut HeaderMap) {
-    headers.insert(RETRY_EXHAUSTED, HeaderValue::from_static("true"));
+    headers.insert(RETRY_EXHAUSTED_NAME, HeaderValue::from_static("true"));
 }
 
 /// Whether `method` is idempotent by RFC 9110 §9.2.2 (GET, HEAD, OPTIONS, TRACE, PUT, DELETE).
@@ -147,7 +151,7 @@ pub fn parse_idempotency_key(value: &[u8]) -> Option<IdempotencyKey> {
 /// The idempotency key of a request, if its header carries a valid one.
 pub(crate) fn request_key(headers: &HeaderMap) -> Option<IdempotencyKey> {
     headers
-        .get(IDEMPOTENCY_KEY)
+        .get(IDEMPOTENCY_KEY_NAME)
         .and_then(|v| parse_idempotency_key(v.as_bytes()))
 }
 
@@ -178,17 +182,17 @@ pub(crate) fn grpc_status<'a>(
     trailers: Option<&'a HeaderMap>,
     complete: bool,
 ) -> Option<(GrpcCode, Option<&'a HeaderValue>)> {
-    let source = if headers.contains_key(GRPC_STATUS) {
+    let source = if headers.contains_key(&GRPC_STATUS) {
         Some(headers)
     } else {
-        trailers.filter(|t| t.contains_key(GRPC_STATUS))
+        trailers.filter(|t| t.contains_key(&GRPC_STATUS))
     };
     if let Some(source) = source {
         let code = source
-            .get(GRPC_STATUS)
+            .get(&GRPC_STATUS)
             .and_then(|v| GrpcCode::parse_header(v.as_bytes()).ok())
             .unwrap_or(GrpcCode::Unknown);
-        return Some((code, source.get(GRPC_PUSHBACK)));
+        return Some((code, source.get(&GRPC_PUSHBACK)));
     }
     if status != StatusCode::OK {
         return Some((grpc_code_for_http(status), None));
