@@ -1,25 +1,21 @@
 //! How the hedging layer reads HTTP responses and transport errors.
 
+use http::Response;
 use std::error::Error;
 use std::io;
-use std::time::SystemTime;
-
-use http::Response;
-use http::header::RETRY_AFTER;
-use stormguard::classify::{
-    Classify, Outcome, Pushback, RETRY_EXHAUSTED, classify_http_response, classify_io_error,
-    parse_grpc_pushback, parse_retry_after,
-};
+use stormguard::classify::{Classify, Outcome, Pushback, classify_io_error, parse_grpc_pushback};
 use stormguard::fault::Abort;
 use stormguard::hedge::HedgeClassifier;
 use tower::BoxError;
+
+use crate::http_status::classify_response_head;
 
 /// The `grpc-retry-pushback-ms` header (gRPC A6 pushback).
 const GRPC_PUSHBACK: &str = "grpc-retry-pushback-ms";
 
 /// The default classifier of [`HedgeLayer`](super::HedgeLayer).
 ///
-/// - A response is classified by [`classify_http_response`]: its status, its `Retry-After`
+/// - A response is classified by [`classify_response_head`]: its status, its `Retry-After`
 ///   (a malformed one is ignored) and `X-Retry-Exhausted: true` (a hop that already retried
 ///   and gave up is final).
 /// - A response's `grpc-retry-pushback-ms` is A6 pushback: a delay postpones the next hedge,
@@ -35,16 +31,7 @@ pub struct HttpClassifier;
 impl<B> HedgeClassifier<Response<B>, BoxError> for HttpClassifier {
     fn outcome(&self, result: &Result<Response<B>, BoxError>) -> Outcome {
         match result {
-            Ok(response) => {
-                let headers = response.headers();
-                let retry_after = headers
-                    .get(RETRY_AFTER)
-                    .and_then(|v| parse_retry_after(v.as_bytes(), SystemTime::now()).ok());
-                let exhausted = headers
-                    .get(RETRY_EXHAUSTED)
-                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
-                classify_http_response(response.status().as_u16(), retry_after, exhausted)
-            }
+            Ok(response) => classify_response_head(response.status(), response.headers()),
             Err(error) => classify_error(error.as_ref()),
         }
     }

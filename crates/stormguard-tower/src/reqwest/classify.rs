@@ -7,16 +7,17 @@
 
 use std::error::Error as _;
 use std::io;
-use std::time::SystemTime;
 
 use ::reqwest::Response;
-use http::HeaderMap;
-use stormguard::classify::{Outcome, classify_http_response, classify_io_error, parse_retry_after};
+use stormguard::classify::{Outcome, classify_io_error};
+
+use crate::http_status::classify_response_head;
 
 /// Classifies a response by its status, `Retry-After` and `X-Retry-Exhausted` headers (or a
 /// Finagle non-retryable nack).
 ///
-/// As the core's [`classify_http_response`]: 429 and 503 with a `Retry-After` are
+/// As every layer of this crate reads a response ([`classify_response_head`], over the core's
+/// [`classify_http_response`](stormguard::classify::classify_http_response)): 429 and 503 with a `Retry-After` are
 /// [`Outcome::Overloaded`] and wait at least that long (a malformed `Retry-After` counts as
 /// absent), and a failed response marked `X-Retry-Exhausted: true` (case-insensitive) is
 /// [`Outcome::NeverRetry`]: the hop that sent it already retried.
@@ -40,21 +41,7 @@ use stormguard::classify::{Outcome, classify_http_response, classify_io_error, p
 /// );
 /// ```
 pub fn classify_response(response: &Response) -> Outcome {
-    classify_parts(response.status().as_u16(), response.headers())
-}
-
-fn classify_parts(status: u16, headers: &HeaderMap) -> Outcome {
-    if status < 400 {
-        return Outcome::Success;
-    }
-    let retry_after = match status {
-        429 | 503 => headers
-            .get(http::header::RETRY_AFTER)
-            .and_then(|value| parse_retry_after(value.as_bytes(), SystemTime::now()).ok()),
-        _ => None,
-    };
-    // `X-Retry-Exhausted: true` or a Finagle non-retryable nack, as the RetryLayer reads them.
-    classify_http_response(status, retry_after, crate::retry::is_exhausted(headers))
+    classify_response_head(response.status(), response.headers())
 }
 
 /// Classifies an error returned by the rest of the middleware chain.
@@ -106,7 +93,12 @@ fn io_error_kind(error: &::reqwest::Error) -> Option<io::ErrorKind> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use http::{HeaderMap, StatusCode};
     use std::time::Duration;
+
+    fn classify_parts(status: u16, headers: &HeaderMap) -> Outcome {
+        classify_response_head(StatusCode::from_u16(status).unwrap(), headers)
+    }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         pairs

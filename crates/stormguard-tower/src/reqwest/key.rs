@@ -7,8 +7,7 @@
 use http::HeaderValue;
 use stormguard::retry::IdempotencyKey;
 
-/// The request header that carries the idempotency key (IETF httpapi draft).
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub use crate::retry::IDEMPOTENCY_KEY;
 
 /// The key carried by an `Idempotency-Key` header value, quoted or bare.
 ///
@@ -27,32 +26,7 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// assert!(idempotency_key(&HeaderValue::from_static(r#""unterminated"#)).is_none());
 /// ```
 pub fn idempotency_key(value: &HeaderValue) -> Option<IdempotencyKey> {
-    let bytes = value.as_bytes();
-    match bytes.first() {
-        Some(b'"') => unquote(bytes).and_then(|key| IdempotencyKey::new(&key).ok()),
-        _ => std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|key| IdempotencyKey::new(key).ok()),
-    }
-}
-
-/// The content of an sf-string (`"…"` with `\"` and `\\` escapes), or `None` if malformed.
-fn unquote(bytes: &[u8]) -> Option<String> {
-    let inner = bytes.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
-    let mut out = String::with_capacity(inner.len());
-    let mut chars = inner.iter();
-    while let Some(&b) = chars.next() {
-        match b {
-            b'\\' => match chars.next() {
-                Some(&escaped @ (b'"' | b'\\')) => out.push(char::from(escaped)),
-                _ => return None,
-            },
-            b'"' => return None,
-            0x20..=0x7e => out.push(char::from(b)),
-            _ => return None,
-        }
-    }
-    Some(out)
+    crate::retry::parse_idempotency_key(value.as_bytes())
 }
 
 #[cfg(test)]

@@ -76,7 +76,7 @@ pub use error::AttemptTimedOut;
 pub use key::{IDEMPOTENCY_KEY, idempotency_key};
 
 use ::reqwest::{Request, Response};
-use http::{Extensions, HeaderName, HeaderValue, Method};
+use http::{Extensions, HeaderName, HeaderValue};
 use reqwest_middleware::{Middleware, Next};
 use stormguard::budget::{RetryBudget, Unlimited};
 use stormguard::classify::{Outcome, RETRY_EXHAUSTED};
@@ -87,7 +87,7 @@ use stormguard::retry::{
 use error::BodyNotReplayable;
 
 /// The request header that numbers attempts: `1` for the first, `2` for the first retry, …
-pub const ATTEMPT_HEADER: &str = "x-stormguard-attempt";
+pub use crate::retry::ATTEMPT_HEADER;
 
 /// Retries requests of a [`ClientWithMiddleware`](reqwest_middleware::ClientWithMiddleware)
 /// with a [`Retrier`]; see the [module documentation](self) for what it does.
@@ -231,19 +231,12 @@ fn call_for(req: &Request, replayable: bool, policy_idempotent: bool) -> Call {
     if !replayable {
         return Call::new().idempotent(false);
     }
-    let call = Call::new().idempotent(policy_idempotent || is_idempotent(req.method()));
+    let call = Call::new()
+        .idempotent(policy_idempotent || crate::retry::is_idempotent_method(req.method()));
     match req.headers().get(IDEMPOTENCY_KEY).and_then(idempotency_key) {
         Some(key) => call.with_key(key),
         None => call,
     }
-}
-
-/// RFC 9110 §9.2.2: methods whose repetition has the effect of one request.
-fn is_idempotent(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
 }
 
 /// Where each attempt's request comes from.

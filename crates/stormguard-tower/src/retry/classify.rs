@@ -7,12 +7,10 @@
 
 use std::error::Error as StdError;
 use std::io;
-use std::time::SystemTime;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use stormguard::classify::{
-    GrpcCode, GrpcCodeSet, Outcome, RETRY_EXHAUSTED, classify_grpc, classify_http_response,
-    classify_io_error, parse_retry_after,
+    GrpcCode, GrpcCodeSet, Outcome, RETRY_EXHAUSTED, classify_grpc, classify_io_error,
 };
 use stormguard::retry::IdempotencyKey;
 
@@ -156,20 +154,7 @@ pub(crate) fn request_key(headers: &HeaderMap) -> Option<IdempotencyKey> {
 }
 
 /// Classifies a plain HTTP response: status, `Retry-After`, and the exhausted mark.
-pub(crate) fn http_response(status: StatusCode, headers: &HeaderMap) -> Outcome {
-    let status = status.as_u16();
-    if status < 400 {
-        return Outcome::Success;
-    }
-    // The header is read only for the statuses it can change.
-    let retry_after = match status {
-        429 | 503 => headers
-            .get(http::header::RETRY_AFTER)
-            .and_then(|v| parse_retry_after(v.as_bytes(), SystemTime::now()).ok()),
-        _ => None,
-    };
-    classify_http_response(status, retry_after, is_exhausted(headers))
-}
+pub(crate) use crate::http_status::classify_response_head as http_response;
 
 /// The gRPC status of a response: from the headers (a trailers-only response), else from
 /// the trailers, else from the HTTP status by gRPC's HTTP-to-gRPC mapping. `complete` says
