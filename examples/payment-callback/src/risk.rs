@@ -34,7 +34,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::post;
 use stormguard::budget::RetryBudget;
-use stormguard::classify::{Outcome, RETRY_EXHAUSTED, classify_http_response};
+use stormguard::classify::{Outcome, classify_http_response};
 use stormguard::config::EndpointPolicy;
 use stormguard::fault::{Abort, FaultConfig, FaultInjector, Latency};
 use stormguard::retry::{
@@ -554,10 +554,7 @@ impl RiskClient {
                                 )
                                 .ok()
                             }),
-                            exhausted: r
-                                .headers()
-                                .get(RETRY_EXHAUSTED)
-                                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true")),
+                            exhausted: stormguard_tower::retry::is_exhausted(r.headers()),
                         });
                         if let (Some(mut record), Ok(mut h)) = (pending.record.take(), log.lock()) {
                             record.took = started.elapsed();

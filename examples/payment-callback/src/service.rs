@@ -35,11 +35,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use stormguard::budget::Unlimited;
-use stormguard::classify::{Outcome, RETRY_EXHAUSTED};
+use stormguard::classify::Outcome;
 use stormguard::retry::{Call, Retrier, SeededRandom};
 use stormguard_idempotency::WallClock;
 use stormguard_tower::DeadlineLayer;
 use stormguard_tower::deadline::InvalidDeadlineConfig;
+use stormguard_tower::retry::mark_exhausted;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
@@ -148,9 +149,7 @@ fn answer(status: StatusCode, body: &'static str) -> Response {
 
 fn retry_exhausted() -> Response {
     let mut response = answer(StatusCode::INTERNAL_SERVER_ERROR, "fail");
-    response
-        .headers_mut()
-        .insert(RETRY_EXHAUSTED, HeaderValue::from_static("true"));
+    mark_exhausted(response.headers_mut());
     response
 }
 
