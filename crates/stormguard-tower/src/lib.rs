@@ -24,7 +24,6 @@ pub mod breaker;
 pub mod deadline;
 pub mod fault;
 pub mod hedge;
-pub mod http_status;
 pub mod metric_names;
 pub mod observe;
 pub mod reject;
@@ -32,5 +31,6 @@ pub mod reject;
 pub mod reqwest;
 pub mod retry;
 pub mod throttle;
+pub mod wire;
 
 pub use deadline::{DeadlineLayer, PropagateDeadlineLayer};

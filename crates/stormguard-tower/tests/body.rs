@@ -14,7 +14,8 @@ use http::{Request, StatusCode};
 use http_body::Frame;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, StreamBody};
-use stormguard_tower::retry::{BoxError, RetryLayer, is_exhausted};
+use stormguard_tower::retry::{BoxError, RetryLayer};
+use stormguard_tower::wire::is_exhausted;
 use tower::{ServiceBuilder, ServiceExt};
 
 type Body = BoxBody<Bytes, BoxError>;

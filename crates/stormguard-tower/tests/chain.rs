@@ -13,7 +13,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use http::{Request, StatusCode};
 use stormguard::budget::{RetryBudget, TokenBucket};
-use stormguard_tower::retry::{RetryLayer, is_exhausted, mark_exhausted};
+use stormguard_tower::retry::RetryLayer;
+use stormguard_tower::wire::{is_exhausted, mark_exhausted};
 use tower::{ServiceBuilder, ServiceExt};
 
 fn counter() -> Arc<AtomicU32> {

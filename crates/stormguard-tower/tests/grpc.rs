@@ -16,7 +16,8 @@ use http_body::Frame;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use stormguard_tower::retry::{RequestBody, RetryLayer, is_exhausted};
+use stormguard_tower::retry::{RequestBody, RetryLayer};
+use stormguard_tower::wire::is_exhausted;
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 

@@ -14,7 +14,8 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Full;
 use stormguard::clock::Clock;
 use stormguard::deadline::{self, Deadline};
-use stormguard_tower::retry::{RequestBody, RetryLayer, is_exhausted};
+use stormguard_tower::retry::{RequestBody, RetryLayer};
+use stormguard_tower::wire::is_exhausted;
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 

@@ -9,9 +9,10 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use stormguard::clock::Clock;
-use stormguard::config::PolicyFile;
+use stormguard::policy::PolicyFile;
 use stormguard::retry::RetryPolicy;
-use stormguard_tower::retry::{RequestBody, RetryLayer, Routes, is_exhausted};
+use stormguard_tower::retry::{RequestBody, RetryLayer, Routes};
+use stormguard_tower::wire::is_exhausted;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 
 const POLICIES: &str = r#"

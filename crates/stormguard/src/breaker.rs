@@ -340,6 +340,21 @@ impl BreakerConfig {
         self.permitted_probes
     }
 
+    /// The factor the open duration grows by on each consecutive open.
+    pub const fn growth(&self) -> f64 {
+        self.growth
+    }
+
+    /// The jitter spread of each open duration, in `0..=1`.
+    pub const fn jitter(&self) -> f64 {
+        self.jitter
+    }
+
+    /// How ratios are compared with thresholds.
+    pub const fn comparison(&self) -> Comparison {
+        self.comparison
+    }
+
     /// Checks every field (the window's too); the error names the first bad one.
     pub fn validate(&self) -> Result<(), InvalidConfig> {
         self.window.validate()?;

@@ -288,7 +288,7 @@ pub fn format_duration(d: Duration) -> String {
 /// assert_eq!(serde_json::to_string(&p)?, r#"{"timeout":"1500ms"}"#);
 /// # Ok::<(), serde_json::Error>(())
 /// ```
-#[cfg(feature = "config")]
+#[cfg(feature = "policy")]
 pub mod serde_duration {
     use std::time::Duration;
 
@@ -325,7 +325,7 @@ pub mod serde_duration {
 /// assert_eq!(p.deadline, None);
 /// # Ok::<(), serde_json::Error>(())
 /// ```
-#[cfg(feature = "config")]
+#[cfg(feature = "policy")]
 pub mod serde_duration_opt {
     use std::time::Duration;
 
@@ -350,10 +350,10 @@ pub mod serde_duration_opt {
     }
 }
 
-#[cfg(feature = "config")]
+#[cfg(feature = "policy")]
 struct DurationVisitor;
 
-#[cfg(feature = "config")]
+#[cfg(feature = "policy")]
 impl serde::de::Visitor<'_> for DurationVisitor {
     type Value = Duration;
 
@@ -366,10 +366,10 @@ impl serde::de::Visitor<'_> for DurationVisitor {
     }
 }
 
-#[cfg(feature = "config")]
+#[cfg(feature = "policy")]
 struct OptionVisitor;
 
-#[cfg(feature = "config")]
+#[cfg(feature = "policy")]
 impl<'de> serde::de::Visitor<'de> for OptionVisitor {
     type Value = Option<Duration>;
 
@@ -529,7 +529,7 @@ mod tests {
         assert_eq!(f(Duration::from_nanos(10)), "10ns");
     }
 
-    #[cfg(feature = "config")]
+    #[cfg(feature = "policy")]
     #[test]
     fn serde_helpers() {
         #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -13,12 +13,13 @@
 //! | [`deadline`] | how much time is left, what to hand downstream, and the wire formats that carry it |
 //! | [`classify`] | what a result means: success, retryable, never retry, overloaded, in doubt |
 //! | [`health`] | how a downstream is doing: one shared window of outcomes and slow calls |
+//! | [`admission`] | whether an attempt may be sent at all: gates (breaker, throttle) and the refusals that stop retries |
 //! | [`breaker`] | whether to call a downstream at all (circuit breaker over the health window) |
 //! | [`throttle`] | whether to send a request to an overloaded backend (Google SRE adaptive throttling) |
 //! | [`retry`] | the retrier that combines them, and the pure decision it is built on |
 //! | [`hedge`] | when to send another copy of a slow request (gRPC A6 hedging), paid from the retry budget |
 //! | [`fault`] | latency, error statuses and resets injected on purpose, at run-time switchable rates |
-//! | [`config`] | per-endpoint policy files (TOML, JSON), validated at load |
+//! | [`policy`] | one endpoint's whole client policy (retry or hedge, timeouts, budget, breaker, throttle, deadline propagation, fallback), and the TOML/JSON files that hold them, validated at load |
 //!
 //! # Example
 //!
@@ -55,17 +56,18 @@
 //! # }
 //! ```
 
+pub mod admission;
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
 pub mod classify;
 pub mod clock;
-#[cfg(feature = "config")]
-pub mod config;
 pub mod deadline;
 pub mod duration;
 pub mod fault;
 pub mod health;
 pub mod hedge;
+#[cfg(feature = "policy")]
+pub mod policy;
 pub mod retry;
 pub mod throttle;

@@ -113,7 +113,7 @@ async fn outage(breaker: Option<Arc<CircuitBreaker<Arc<Changes>>>>) -> Arc<Tally
                         tally.after_successes.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) if e.reason() == StopReason::BreakerOpen => {
-                        assert!(matches!(e.last(), Failure::BreakerOpen(_)));
+                        assert!(matches!(e.last(), Failure::Refused(_)));
                         let counter = if after {
                             &tally.rejected_after
                         } else {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use axum::BoxError;
 use stormguard::budget::Unlimited;
 use stormguard::classify::Outcome;
-use stormguard::config::EndpointPolicy;
+use stormguard::policy::EndpointPolicy;
 use stormguard::retry::{Retrier, SeededRandom};
 use stormguard_idempotency::WallClock;
 use stormguard_idempotency::exactly_once::{OutboxMessage, Publisher};
@@ -43,7 +43,7 @@ impl BrokerPublisher {
     pub fn new(broker: Broker, policy: &EndpointPolicy, seed: u64) -> Self {
         BrokerPublisher {
             broker,
-            retrier: Retrier::new(policy.retry).with_random(SeededRandom::new(seed)),
+            retrier: Retrier::new(*policy.retry()).with_random(SeededRandom::new(seed)),
             wall: WallClock::system(),
         }
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use stormguard::budget::RetryBudget;
 use stormguard::clock::Clock;
-use stormguard::config::{BudgetConfig, ConfigError, EndpointPolicy, PolicyFile};
+use stormguard::policy::{BudgetSpec, EndpointPolicy, PolicyFile};
 
 /// The embedded default policy file (`examples/payment-callback/policy.toml`).
 pub const DEFAULT_POLICY: &str = include_str!("../policy.toml");
@@ -30,7 +30,7 @@ pub const DATABASE: &str = "database";
 pub enum PolicyError {
     /// The file is not a valid policy file (syntax or a broken rule, named).
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Config(#[from] stormguard::policy::PolicyError),
     /// A dependency has no policy.
     #[error("policy file: no [endpoints.\"{0}\"] section")]
     Missing(&'static str),
@@ -67,12 +67,13 @@ impl Policies {
     /// use stormguard_payment_callback::policy::{DEFAULT_POLICY, Policies};
     ///
     /// let p = Policies::from_toml(DEFAULT_POLICY).unwrap();
-    /// assert_eq!(p.risk.retry.max_attempts(), 3); // two retries
-    /// assert_eq!(p.publish.retry.max_attempts(), 2); // one retry
-    /// assert_eq!(p.database.retry.max_attempts(), 1); // none
+    /// assert_eq!(p.risk.retry().max_attempts(), 3); // two retries
+    /// assert_eq!(p.publish.retry().max_attempts(), 2); // one retry
+    /// assert_eq!(p.database.retry().max_attempts(), 1); // none
     /// ```
     pub fn from_toml(text: &str) -> Result<Self, PolicyError> {
-        let mut all: BTreeMap<String, EndpointPolicy> = PolicyFile::from_toml(text)?.validate()?;
+        let mut all: BTreeMap<String, EndpointPolicy> =
+            PolicyFile::from_toml(text)?.into_endpoints();
         let mut take = |name: &'static str| all.remove(name).ok_or(PolicyError::Missing(name));
         let risk = take(RISK_CHECK)?;
         let publish = take(MESSAGE_PUBLISH)?;
@@ -80,7 +81,7 @@ impl Policies {
         if let Some(unknown) = all.into_keys().next() {
             return Err(PolicyError::Unknown(unknown));
         }
-        if risk.budget.is_none() {
+        if risk.budget().is_none() {
             return Err(PolicyError::Unsuitable {
                 endpoint: RISK_CHECK,
                 rule: "a retried dependency needs a budget",
@@ -100,21 +101,21 @@ impl Policies {
 
     /// The risk service's budget, built once and shared by every callback.
     pub fn risk_budget(&self) -> Result<Arc<dyn RetryBudget>, PolicyError> {
-        build_budget(self.risk.budget.as_ref())
+        build_budget(self.risk.budget())
     }
 
     /// The budget's size above its retry threshold, for the harness's bound on retries in an
     /// outage: a gRPC bucket allows retries while more than half its tokens are left.
     pub fn risk_budget_headroom(&self) -> Option<u64> {
-        match self.risk.budget? {
-            BudgetConfig::Grpc { max_tokens, .. } => Some(u64::from(max_tokens / 2)),
-            BudgetConfig::SpendPerRetry { max_tokens, .. } => Some(u64::from(max_tokens)),
+        match *self.risk.budget()? {
+            BudgetSpec::Grpc { max_tokens, .. } => Some(u64::from(max_tokens / 2)),
+            BudgetSpec::SpendPerRetry { max_tokens, .. } => Some(u64::from(max_tokens)),
             _ => None,
         }
     }
 }
 
-fn build_budget(config: Option<&BudgetConfig>) -> Result<Arc<dyn RetryBudget>, PolicyError> {
+fn build_budget(config: Option<&BudgetSpec>) -> Result<Arc<dyn RetryBudget>, PolicyError> {
     match config {
         Some(c) => Ok(c.build(Clock::tokio())?),
         None => Ok(Arc::new(stormguard::budget::Unlimited)),
@@ -129,14 +130,20 @@ mod tests {
     #[test]
     fn the_default_file_matches_the_design() {
         let p = Policies::default_policies().expect("valid");
-        assert_eq!(p.risk.connect_timeout, Some(Duration::from_secs(1)));
-        assert_eq!(p.risk.retry.per_try_timeout(), Some(Duration::from_secs(3)));
-        assert_eq!(p.risk.retry.backoff().base(), Duration::from_millis(300));
-        assert!(p.risk.retry.idempotent());
-        assert_eq!(p.publish.retry.backoff().base(), Duration::from_millis(100));
-        assert_eq!(p.database.retry.max_attempts(), 1);
+        assert_eq!(p.risk.connect_timeout(), Some(Duration::from_secs(1)));
+        assert_eq!(
+            p.risk.retry().per_try_timeout(),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(p.risk.retry().backoff().base(), Duration::from_millis(300));
+        assert!(p.risk.retry().idempotent());
+        assert_eq!(
+            p.publish.retry().backoff().base(),
+            Duration::from_millis(100)
+        );
+        assert_eq!(p.database.retry().max_attempts(), 1);
         for e in [&p.risk, &p.publish, &p.database] {
-            assert_eq!(e.overall_timeout, None, "no global timeout");
+            assert_eq!(e.overall_timeout(), None, "no global timeout");
         }
         assert_eq!(p.risk_budget_headroom(), Some(50));
         assert!(p.risk_budget().is_ok());

@@ -35,8 +35,8 @@ use axum::response::Response;
 use axum::routing::post;
 use stormguard::budget::RetryBudget;
 use stormguard::classify::{Outcome, classify_http_response};
-use stormguard::config::EndpointPolicy;
 use stormguard::fault::{Abort, FaultConfig, FaultInjector, Latency};
+use stormguard::policy::EndpointPolicy;
 use stormguard::retry::{
     AttemptOutcome, Call, Failure, Retrier, RetryObserver, RetryReason, SeededRandom, StopReason,
 };
@@ -487,13 +487,13 @@ impl RiskClient {
         let mut http = reqwest::Client::builder()
             .no_proxy()
             .pool_max_idle_per_host(64);
-        if let Some(connect) = policy.connect_timeout {
+        if let Some(connect) = policy.connect_timeout() {
             http = http.connect_timeout(connect);
         }
-        if let Some(read) = policy.retry.per_try_timeout() {
+        if let Some(read) = policy.retry().per_try_timeout() {
             http = http.read_timeout(read);
         }
-        let retrier = Retrier::new(policy.retry)
+        let retrier = Retrier::new(*policy.retry())
             .with_budget(budget)
             .with_observer(RetryMetrics)
             .with_random(SeededRandom::new(seed));
@@ -554,7 +554,7 @@ impl RiskClient {
                                 )
                                 .ok()
                             }),
-                            exhausted: stormguard_tower::retry::is_exhausted(r.headers()),
+                            exhausted: stormguard_tower::wire::is_exhausted(r.headers()),
                         });
                         if let (Some(mut record), Ok(mut h)) = (pending.record.take(), log.lock()) {
                             record.took = started.elapsed();
@@ -584,7 +584,7 @@ impl RiskClient {
             Ok(r) => format!("status {}", r.status),
             Err(Failure::Error(e)) => describe(e),
             Err(Failure::TimedOut(after)) => format!("attempt timed out after {after:?}"),
-            Err(Failure::BreakerOpen(open)) => format!("not sent: {open}"),
+            Err(Failure::Refused(refusal)) => format!("not sent: {refusal}"),
         };
         let history = history.into_inner().unwrap_or_default();
         Err(RiskExhausted {

@@ -40,7 +40,7 @@ use stormguard::retry::{Call, Retrier, SeededRandom};
 use stormguard_idempotency::WallClock;
 use stormguard_tower::DeadlineLayer;
 use stormguard_tower::deadline::InvalidDeadlineConfig;
-use stormguard_tower::retry::mark_exhausted;
+use stormguard_tower::wire::mark_exhausted;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
@@ -284,7 +284,7 @@ impl Service {
         let options = StoreOptions {
             acquire_timeout: policies
                 .database
-                .connect_timeout
+                .connect_timeout()
                 .unwrap_or(Duration::from_secs(1)),
             ..StoreOptions::default()
         };
@@ -304,7 +304,7 @@ impl Service {
             signer,
             risk,
             store: store.clone(),
-            database: Retrier::new(policies.database.retry)
+            database: Retrier::new(*policies.database.retry())
                 .with_random(SeededRandom::new(config.seed ^ 0xdb)),
             relay: background.relay_waker(),
             wall: WallClock::system(),

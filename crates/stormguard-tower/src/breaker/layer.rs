@@ -6,8 +6,8 @@ use stormguard::breaker::{BreakerObserver, CircuitBreaker};
 use tower_layer::Layer;
 
 use super::CircuitBreakerService;
-use crate::http_status::HttpStatus;
 use crate::reject::{ErrorOnReject, Http503};
+use crate::wire::HealthClassifier as HttpStatus;
 
 /// Wraps a service in a shared [`CircuitBreaker`].
 ///

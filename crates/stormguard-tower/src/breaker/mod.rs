@@ -53,8 +53,8 @@ pub use error::BreakerError;
 pub use future::ResponseFuture;
 pub use layer::CircuitBreakerLayer;
 
-use crate::http_status::HttpStatus;
 use crate::reject::{ErrorOnReject, RejectWith, Rejected};
+use crate::wire::HealthClassifier as HttpStatus;
 
 /// A service behind a shared [`CircuitBreaker`]; built by [`CircuitBreakerLayer`].
 #[derive(Debug)]

@@ -8,7 +8,7 @@ use stormguard::fault::Abort;
 use stormguard::hedge::HedgeClassifier;
 use tower::BoxError;
 
-use crate::http_status::classify_response_head;
+use crate::wire::classify_response_head;
 
 /// The `grpc-retry-pushback-ms` header (gRPC A6 pushback).
 const GRPC_PUSHBACK: &str = "grpc-retry-pushback-ms";

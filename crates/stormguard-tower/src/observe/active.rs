@@ -132,7 +132,7 @@ pub(crate) fn record_response(status: StatusCode, grpc: Option<GrpcCode>) {
 /// The attempt failed with a transport error.
 pub(crate) fn record_error(error: &(dyn std::error::Error + Send + Sync + 'static)) {
     #[cfg(any(feature = "tracing", feature = "json-log"))]
-    with_state(|s| s.details.error_type = Some(crate::retry::error_type(error)));
+    with_state(|s| s.details.error_type = Some(crate::wire::error_type(error)));
     #[cfg(not(any(feature = "tracing", feature = "json-log")))]
     let _ = error;
 }

@@ -60,6 +60,7 @@ fn requests(stop: StopReason) -> Counter {
         StopReason::DeadlineTooClose => counter!(REQUESTS, "outcome" => "deadline_too_close"),
         StopReason::Cancelled => counter!(REQUESTS, "outcome" => "cancelled"),
         StopReason::BreakerOpen => counter!(REQUESTS, "outcome" => "breaker_open"),
+        StopReason::Throttled => counter!(REQUESTS, "outcome" => "throttled"),
     }
 }
 

@@ -11,7 +11,7 @@ use std::io;
 use ::reqwest::Response;
 use stormguard::classify::{Outcome, classify_io_error};
 
-use crate::http_status::classify_response_head;
+use crate::wire::classify_response_head;
 
 /// Classifies a response by its status, `Retry-After` and `X-Retry-Exhausted` headers (or a
 /// Finagle non-retryable nack).

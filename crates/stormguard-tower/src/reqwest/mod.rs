@@ -16,7 +16,7 @@
 //! - **Which requests may be retried after an in-doubt failure** (a timeout or a reset after
 //!   the request was sent): idempotent methods (`GET`, `HEAD`, `OPTIONS`, `TRACE`, `PUT`,
 //!   `DELETE`), requests carrying an `Idempotency-Key` header (sent unchanged on every
-//!   attempt, see [`idempotency_key`]), and every request when the policy is declared
+//!   attempt, read by [`wire::idempotency_key`](crate::wire::idempotency_key)), and every request when the policy is declared
 //!   idempotent ([`RetryPolicy::with_idempotent`](stormguard::retry::RetryPolicy::with_idempotent)).
 //!   Other requests stop there ([`StopReason::NotIdempotent`]), and so they do after any
 //!   failure *response* (a 503 may follow a side effect on a server behind a proxy): only a
@@ -32,11 +32,11 @@
 //!   retry is not sent when the wait plus the policy's minimum call time no longer fits
 //!   ([`StopReason::DeadlineTooClose`]), and a `Retry-After` is waited out in full or not at
 //!   all.
-//! - **Headers**: every attempt carries `x-stormguard-attempt: N` ([`ATTEMPT_HEADER`], 1 for
+//! - **Headers**: every attempt carries `x-stormguard-attempt: N` ([`ATTEMPT`](crate::wire::ATTEMPT), 1 for
 //!   the first). When it gives up after retrying, or its budget or the deadline refuses a
 //!   retry, and it hands back a failed response, that response is marked
 //!   `X-Retry-Exhausted: true`
-//!   ([`RETRY_EXHAUSTED`]), so that a caller further
+//!   ([`RETRY_EXHAUSTED`](crate::wire::RETRY_EXHAUSTED)), so that a caller further
 //!   up retries no more; a response that arrives carrying the mark is never retried.
 //! - **What it reports**: a [`RetrySummary`] (attempts, stop reason) in the response's
 //!   extensions and in the middleware chain's `Extensions`; when the last attempt timed out
@@ -69,25 +69,20 @@
 
 mod classify;
 mod error;
-mod key;
 
 pub use classify::{classify_error, classify_response};
 pub use error::AttemptTimedOut;
-pub use key::{IDEMPOTENCY_KEY, idempotency_key};
 
 use ::reqwest::{Request, Response};
-use http::{Extensions, HeaderName, HeaderValue};
+use http::{Extensions, HeaderValue};
 use reqwest_middleware::{Middleware, Next};
 use stormguard::budget::{RetryBudget, Unlimited};
-use stormguard::classify::{Outcome, RETRY_EXHAUSTED};
+use stormguard::classify::Outcome;
 use stormguard::retry::{
     Attempt, Call, Failure, RandomSource, Retrier, RetryObserver, SeededRandom, StopReason,
 };
 
 use error::BodyNotReplayable;
-
-/// The request header that numbers attempts: `1` for the first, `2` for the first retry, …
-pub use crate::retry::ATTEMPT_HEADER;
 
 /// Retries requests of a [`ClientWithMiddleware`](reqwest_middleware::ClientWithMiddleware)
 /// with a [`Retrier`]; see the [module documentation](self) for what it does.
@@ -164,10 +159,9 @@ where
                 let Some(mut request) = request else {
                     return Err(reqwest_middleware::Error::middleware(BodyNotReplayable));
                 };
-                request.headers_mut().insert(
-                    HeaderName::from_static(ATTEMPT_HEADER),
-                    HeaderValue::from(attempt.number),
-                );
+                request
+                    .headers_mut()
+                    .insert(crate::wire::ATTEMPT, HeaderValue::from(attempt.number));
                 let response = next.run(request, &mut attempt_extensions).await?;
                 Ok((response, attempt_extensions))
             }
@@ -199,7 +193,7 @@ where
                 extensions.insert(summary);
                 if summary.marks_exhausted() {
                     response.headers_mut().insert(
-                        HeaderName::from_static(RETRY_EXHAUSTED),
+                        crate::wire::RETRY_EXHAUSTED,
                         HeaderValue::from_static("true"),
                     );
                 }
@@ -218,9 +212,9 @@ where
                     stop: summary.stop,
                 }))
             }
-            Err(Failure::BreakerOpen(open)) => {
+            Err(Failure::Refused(refusal)) => {
                 extensions.insert(summary);
-                Err(reqwest_middleware::Error::middleware(open))
+                Err(reqwest_middleware::Error::middleware(refusal))
             }
         }
     }
@@ -232,10 +226,10 @@ fn call_for(req: &Request, replayable: bool, policy_idempotent: bool) -> Call {
         return Call::new().idempotent(false);
     }
     let call = Call::new()
-        .idempotent(policy_idempotent || crate::retry::is_idempotent_method(req.method()));
-    match req.headers().get(IDEMPOTENCY_KEY).and_then(idempotency_key) {
-        Some(key) => call.with_key(key),
-        None => call,
+        .idempotent(policy_idempotent || crate::wire::is_idempotent_method(req.method()));
+    match crate::wire::idempotency_key(req.headers()) {
+        Ok(Some(key)) => call.with_key(key),
+        Ok(None) | Err(_) => call,
     }
 }
 

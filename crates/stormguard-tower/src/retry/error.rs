@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use stormguard::breaker::BreakerOpen;
+use stormguard::admission::Refusal;
 use stormguard::retry::StopReason;
 
 use super::BoxError;
@@ -41,14 +41,14 @@ pub enum Error {
         /// The time the last attempt was allowed.
         after: Duration,
     },
-    /// The retrier's circuit breaker was open: the attempt was not sent (when `attempts` is
-    /// 0, nothing was sent at all).
-    #[error("circuit breaker open after {attempts} attempt(s)")]
-    BreakerOpen {
-        /// Attempts sent before the breaker refused one.
+    /// An attempt was refused before it was sent (an open breaker, the throttle, the
+    /// deadline); when `attempts` is 0, nothing was sent at all.
+    #[error("call refused after {attempts} attempt(s)")]
+    Refused {
+        /// Attempts sent before the refusal.
         attempts: u32,
-        /// The breaker's refusal.
-        source: BreakerOpen,
+        /// The refusal.
+        source: Refusal,
     },
 }
 
@@ -59,7 +59,7 @@ impl Error {
             Error::NotReady(_) | Error::RequestBody(_) => 0,
             Error::Transport { attempts, .. }
             | Error::TimedOut { attempts, .. }
-            | Error::BreakerOpen { attempts, .. } => *attempts,
+            | Error::Refused { attempts, .. } => *attempts,
         }
     }
 
@@ -68,7 +68,7 @@ impl Error {
         match self {
             Error::NotReady(_) | Error::RequestBody(_) => None,
             Error::Transport { stop, .. } | Error::TimedOut { stop, .. } => Some(*stop),
-            Error::BreakerOpen { .. } => Some(StopReason::BreakerOpen),
+            Error::Refused { source, .. } => Some(source.stop_reason()),
         }
     }
 

@@ -11,9 +11,9 @@ use stormguard::retry::{Retrier, RetryPolicy, SeededRandom};
 use tower_layer::Layer;
 
 use super::Retry;
-use super::classify::classify_transport_error;
 use super::route::{RoutePattern, RoutePolicy, Routes, best_match};
 use crate::observe::Observe;
+use crate::wire::classify_transport_error;
 
 /// How a transport error of the inner service is classified; see
 /// [`classify_transport_error`].

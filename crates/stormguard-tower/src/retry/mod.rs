@@ -130,7 +130,6 @@
 //! ```
 
 mod body;
-mod classify;
 mod error;
 mod layer;
 mod route;
@@ -140,9 +139,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::header::HeaderName;
 use http::request::Parts;
-use http::{HeaderValue, Request, Response};
+use http::{Request, Response};
 use http_body::Body;
 use stormguard::classify::Outcome;
 use stormguard::clock::Clock;
@@ -152,31 +150,20 @@ use tower::ServiceExt;
 use tower_service::Service;
 
 pub use body::{RequestBody, ResponseBody};
-pub use classify::{
-    ATTEMPT_HEADER, FINAGLE_NONRETRYABLE_NACK, GRPC_PREVIOUS_ATTEMPTS, IDEMPOTENCY_KEY,
-    RETRY_EXHAUSTED_HEADER, classify_transport_error, is_exhausted, is_grpc, is_idempotent_method,
-    is_true, mark_exhausted, parse_idempotency_key,
-};
 pub use error::Error;
 pub use layer::{
     DEFAULT_BODY_LIMIT, DEFAULT_GRPC_RESPONSE_LIMIT, ErrorClassifier, RetryLayer, RetryLayerBuilder,
 };
 pub use route::{DEFAULT_ROUTE, InvalidRoute, RouteError, RoutePattern, Routes};
 
-#[cfg(any(feature = "tracing", feature = "json-log"))]
-pub(crate) use classify::error_type;
-
 use body::{BodySource, read_up_to};
 use error::BodyNotReplayable;
 use layer::Shared;
 
-use crate::observe;
+use crate::{observe, wire};
 
 /// A boxed, thread-safe error: what inner services and bodies fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-const ATTEMPT: HeaderName = HeaderName::from_static(ATTEMPT_HEADER);
-const PREVIOUS_ATTEMPTS: HeaderName = HeaderName::from_static(GRPC_PREVIOUS_ATTEMPTS);
 
 /// The service [`RetryLayer`] wraps around an inner HTTP or gRPC client service.
 ///
@@ -282,13 +269,17 @@ where
 {
     let (mut parts, body) = request.into_parts();
     // The template carries the first attempt's number, so copying it needs no regrowth.
-    parts.headers.insert(ATTEMPT, count_value(1));
+    wire::set_attempt(&mut parts.headers, 1, wire::Protocol::Http);
     let route = shared.route(&parts.method, parts.uri.path());
-    let grpc = classify::is_grpc(&parts.headers);
-    let key = classify::request_key(&parts.headers);
-    let safe = key.is_some()
-        || route.retrier.policy().idempotent()
-        || (!grpc && classify::is_idempotent_method(&parts.method));
+    let protocol = wire::Protocol::of(&parts.headers);
+    let grpc = protocol == wire::Protocol::Grpc;
+    let key = wire::idempotency_key(&parts.headers).ok().flatten();
+    let safe = wire::is_retry_safe(
+        &parts.method,
+        protocol,
+        key.is_some(),
+        route.retrier.policy().idempotent(),
+    );
 
     let mut body = if body.is_end_stream() {
         BodySource::empty()
@@ -347,18 +338,24 @@ where
         let outcome = match result {
             Ok(response) if grpc => {
                 let trailers = response.body().buffered_trailers();
-                let status = classify::grpc_status(
+                let status = wire::grpc_status(
                     response.status(),
                     response.headers(),
                     trailers,
                     response.body().is_complete(),
                 );
                 observe::record_response(response.status(), status.map(|(code, _)| code));
-                classify::grpc_response(status, response.headers(), trailers, shared.grpc_codes)
+                wire::grpc_outcome(
+                    status,
+                    response.headers(),
+                    trailers,
+                    shared.grpc_codes,
+                    true,
+                )
             }
             Ok(response) => {
                 observe::record_response(response.status(), None);
-                match classify::http_response(response.status(), response.headers()) {
+                match wire::classify_response_head(response.status(), response.headers()) {
                     // A response may follow a side effect: retry it only when that is safe.
                     Outcome::Retryable | Outcome::Overloaded { .. } if !safe => Outcome::InDoubt,
                     outcome => outcome,
@@ -403,21 +400,14 @@ fn attempt_request<B>(
     let headers = request.headers_mut();
     *headers = parts.headers.clone();
     if number > 1 {
-        headers.insert(ATTEMPT, count_value(number));
-        if grpc {
-            headers.insert(PREVIOUS_ATTEMPTS, count_value(number - 1));
-        }
+        let protocol = if grpc {
+            wire::Protocol::Grpc
+        } else {
+            wire::Protocol::Http
+        };
+        wire::set_attempt(headers, number, protocol);
     }
     request
-}
-
-/// A small count as a header value, without allocating for 0 to 9.
-fn count_value(n: u32) -> HeaderValue {
-    const DIGITS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
-    match usize::try_from(n).ok().and_then(|i| DIGITS.get(i)) {
-        Some(digit) => HeaderValue::from_static(digit),
-        None => HeaderValue::from(n),
-    }
 }
 
 /// Whether a call that stopped for `stop` after `attempts` attempts marks its failure
@@ -426,9 +416,10 @@ pub(crate) fn marks_exhausted(stop: StopReason, attempts: u32) -> bool {
     match stop {
         StopReason::Succeeded | StopReason::Cancelled => false,
         // Refused by the budget, the deadline or an open breaker: retrying upstream cannot help.
-        StopReason::BudgetExhausted | StopReason::DeadlineTooClose | StopReason::BreakerOpen => {
-            true
-        }
+        StopReason::BudgetExhausted
+        | StopReason::DeadlineTooClose
+        | StopReason::BreakerOpen
+        | StopReason::Throttled => true,
         StopReason::NeverRetry | StopReason::NotIdempotent | StopReason::AttemptsExhausted => {
             attempts > 1
         }
@@ -448,7 +439,7 @@ fn finish<B>(
     match result {
         Ok(mut response) => {
             if marks_exhausted(stop, attempts) {
-                mark_exhausted(response.headers_mut());
+                wire::mark_exhausted(response.headers_mut());
             }
             Ok(response)
         }
@@ -462,7 +453,7 @@ fn finish<B>(
             stop,
             after,
         }),
-        Err(Failure::BreakerOpen(source)) => Err(Error::BreakerOpen { attempts, source }),
+        Err(Failure::Refused(source)) => Err(Error::Refused { attempts, source }),
     }
 }
 
@@ -482,13 +473,5 @@ mod tests {
         assert!(!marks_exhausted(S::NeverRetry, 1));
         assert!(marks_exhausted(S::NeverRetry, 2));
         assert!(!marks_exhausted(S::NotIdempotent, 1));
-    }
-
-    #[test]
-    fn counts_are_header_values() {
-        assert_eq!(count_value(1), "1");
-        assert_eq!(count_value(9), "9");
-        assert_eq!(count_value(10), "10");
-        assert_eq!(count_value(u32::MAX), u32::MAX.to_string().as_str());
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use http::Method;
 use stormguard::budget::RetryBudget;
 use stormguard::clock::Clock;
-use stormguard::config::{ConfigError, EndpointPolicy, PolicyFile};
+use stormguard::policy::{EndpointPolicy, PolicyError, PolicyFile};
 use stormguard::retry::RetryPolicy;
 
 /// The endpoint name in a policy file that holds the policy for unmatched requests.
@@ -133,14 +133,14 @@ impl std::fmt::Debug for RoutePolicy {
 }
 
 impl RoutePolicy {
-    fn from_endpoint(policy: &EndpointPolicy, clock: &Clock) -> Result<Self, ConfigError> {
-        let budget = match &policy.budget {
+    fn from_endpoint(policy: &EndpointPolicy, clock: &Clock) -> Result<Self, PolicyError> {
+        let budget = match policy.budget() {
             Some(config) => Some(config.build(clock.clone())?),
             None => None,
         };
         Ok(RoutePolicy {
-            retry: policy.retry,
-            overall: policy.overall_timeout,
+            retry: *policy.retry(),
+            overall: policy.overall_timeout(),
             budget,
         })
     }
@@ -151,7 +151,7 @@ impl RoutePolicy {
 pub enum RouteError {
     /// The policy file (or an endpoint policy's budget) is invalid.
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Config(#[from] PolicyError),
     /// An endpoint name is not a route pattern.
     #[error("endpoint {name:?}: {source}")]
     Pattern {
@@ -180,7 +180,7 @@ pub enum RouteError {
 ///
 /// ```
 /// use stormguard::clock::Clock;
-/// use stormguard::config::PolicyFile;
+/// use stormguard::policy::PolicyFile;
 /// use stormguard_tower::retry::Routes;
 ///
 /// let file = PolicyFile::from_toml(r#"
@@ -236,7 +236,7 @@ impl Routes {
     /// [`DEFAULT_ROUTE`] becomes the default. `clock` drives ratio budgets' windows.
     pub fn from_policy_file(file: &PolicyFile, clock: Clock) -> Result<Self, RouteError> {
         let mut routes = Routes::new();
-        for (name, policy) in file.validate()? {
+        for (name, policy) in file.endpoints().clone() {
             let ready = RoutePolicy::from_endpoint(&policy, &clock)?;
             if name == DEFAULT_ROUTE {
                 routes.default = Some(ready);

@@ -52,8 +52,8 @@ pub use error::ThrottleError;
 pub use future::ResponseFuture;
 pub use layer::AdaptiveThrottleLayer;
 
-use crate::http_status::HttpStatus;
 use crate::reject::{ErrorOnReject, RejectWith, Rejected};
+use crate::wire::HealthClassifier as HttpStatus;
 
 /// A service behind a shared [`AdaptiveThrottle`]; built by [`AdaptiveThrottleLayer`].
 #[derive(Debug)]

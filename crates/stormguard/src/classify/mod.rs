@@ -173,6 +173,16 @@ pub fn classify_io_error(kind: io::ErrorKind, request_sent: bool) -> Outcome {
 pub trait Classifier<T, E> {
     /// Classifies one attempt's result.
     fn classify(&self, result: &Result<T, E>) -> Outcome;
+
+    /// Whether a failed result is a [`Refusal`](crate::admission::Refusal) from further down
+    /// (a breaker, a throttle or a deadline check between the retrier and the network): the
+    /// attempt was then never sent, so a retrier stops at once with the refusal's stop reason,
+    /// records nothing in its budget or gate, and does not count the attempt. Asked only
+    /// for results [`classify`](Classifier::classify) calls failures. The default: never.
+    fn refusal(&self, result: &Result<T, E>) -> Option<crate::admission::Refusal> {
+        let _ = result;
+        None
+    }
 }
 
 impl<T, E, F> Classifier<T, E> for F

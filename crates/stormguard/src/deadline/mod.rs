@@ -37,7 +37,9 @@
 //! which ignores network delay but needs no clock agreement, or as an absolute wall-clock time
 //! (`X-Request-Deadline`), which counts network delay but trusts both hosts' clocks to agree.
 //! The [`codec`] module parses and encodes these headers; malformed values are rejected with a
-//! [`HeaderError`] that names the header and the rule, never with a panic.
+//! [`HeaderError`] that names the header and the rule, never with a panic. [`DeadlineHeader`]
+//! names the four headers, [`read_deadline`] picks one when a request carries several, and
+//! [`WallClock`] is the wall time the absolute one is read and written with.
 //!
 //! # The current deadline
 //!
@@ -53,12 +55,17 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::clock::Clock;
 
 pub mod codec;
+mod header;
 
 pub use codec::{
     CONNECT_TIMEOUT_MS, ENVOY_EXPECTED_RQ_TIMEOUT_MS, GRPC_TIMEOUT, GrpcTimeout, HeaderError,
     HeaderErrorKind, REQUEST_DEADLINE, encode_grpc_timeout, encode_request_deadline,
     parse_connect_timeout_ms, parse_envoy_expected_timeout_ms, parse_grpc_timeout,
     parse_millis_header, parse_request_deadline,
+};
+pub use header::{
+    DeadlineHeader, DeadlineHeaderError, DeadlineHeaders, EncodedDeadline, Found,
+    InvalidHeaderList, Reading, Selection, WallClock, read_deadline,
 };
 
 /// How far ahead [`Deadline::after`] places a deadline whose timeout does not fit in an
@@ -280,6 +287,23 @@ impl Reserve {
     /// `fraction × remaining + d`, saturating.
     pub fn with_fixed(self, d: Duration) -> Reserve {
         Reserve { fixed: d, ..self }
+    }
+
+    /// The fraction of the remaining time kept, in `0.0..=1.0`.
+    pub fn fraction_kept(&self) -> f64 {
+        f64::from(self.fraction_ppm) / f64::from(PPM)
+    }
+
+    /// The fixed amount kept.
+    pub const fn fixed_kept(&self) -> Duration {
+        self.fixed
+    }
+
+    /// Whether this reserve keeps all of any remaining time (a fraction of 1, or a fixed
+    /// hour or more), so that nothing would ever be handed downstream.
+    pub fn keeps_everything(&self) -> bool {
+        const PROBE: Duration = Duration::from_secs(3600);
+        self.kept_from(PROBE) >= PROBE
     }
 
     /// How much of `remaining` this reserve keeps: `fraction × remaining` (rounded up to the

@@ -31,6 +31,8 @@ pub enum StopReason {
     Cancelled,
     /// The circuit breaker rejected an attempt (the first, or a retry) before it was sent.
     BreakerOpen,
+    /// The adaptive throttle rejected an attempt locally before it was sent.
+    Throttled,
 }
 
 impl StopReason {
@@ -45,6 +47,7 @@ impl StopReason {
             StopReason::DeadlineTooClose => "deadline_too_close",
             StopReason::Cancelled => "cancelled",
             StopReason::BreakerOpen => "breaker_open",
+            StopReason::Throttled => "throttled",
         }
     }
 }

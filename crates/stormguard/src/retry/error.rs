@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::decide::StopReason;
-use crate::breaker::BreakerOpen;
+use crate::admission::Refusal;
 
 /// How the last attempt failed.
 #[derive(Debug)]
@@ -13,9 +13,9 @@ pub enum Failure<E> {
     Error(E),
     /// The attempt was cut by its per-attempt timeout, after this long.
     TimedOut(Duration),
-    /// The attempt was not sent: the circuit breaker rejected it (the call stopped with
-    /// [`StopReason::BreakerOpen`]).
-    BreakerOpen(BreakerOpen),
+    /// The attempt was not sent: a gate refused it (the call stopped with the refusal's
+    /// [`stop_reason`](Refusal::stop_reason)).
+    Refused(Refusal),
 }
 
 impl<E: fmt::Display> fmt::Display for Failure<E> {
@@ -23,7 +23,7 @@ impl<E: fmt::Display> fmt::Display for Failure<E> {
         match self {
             Failure::Error(e) => e.fmt(f),
             Failure::TimedOut(after) => write!(f, "attempt timed out after {after:?}"),
-            Failure::BreakerOpen(open) => write!(f, "attempt not sent: {open}"),
+            Failure::Refused(refusal) => write!(f, "attempt not sent: {refusal}"),
         }
     }
 }
@@ -60,7 +60,7 @@ impl<E> RetryError<E> {
         self.reason
     }
 
-    /// Attempts sent, the first included (0 when the breaker rejected the first).
+    /// Attempts sent, the first included (0 when a gate refused the first).
     pub fn attempts(&self) -> u32 {
         self.attempts
     }
@@ -94,7 +94,7 @@ impl<E: std::error::Error + 'static> std::error::Error for RetryError<E> {
         match &self.last {
             Failure::Error(e) => Some(e),
             Failure::TimedOut(_) => None,
-            Failure::BreakerOpen(open) => Some(open),
+            Failure::Refused(refusal) => Some(refusal),
         }
     }
 }

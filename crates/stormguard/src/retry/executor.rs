@@ -9,10 +9,10 @@ use rand::{RngCore, SeedableRng};
 
 use super::decide::{AttemptOutcome, Decision, RetryRun, StopReason};
 use super::error::{Failure, RetryError};
-use super::gate::{AttemptGate, AttemptPass, NoGate};
 use super::key::IdempotencyKey;
 use super::observe::RetryObserver;
 use super::policy::RetryPolicy;
+use crate::admission::{AttemptGate, AttemptPass, NoGate, Refusal};
 use crate::breaker::{BreakerObserver, CircuitBreaker};
 use crate::budget::{RetryBudget, Unlimited};
 use crate::classify::Classifier;
@@ -198,8 +198,8 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
     /// downstream: each attempt, the first included, needs a permit, and records its outcome
     /// and elapsed time (on the breaker's clock) in the breaker's window. When the breaker
     /// rejects an attempt the call stops at once with [`StopReason::BreakerOpen`] and
-    /// [`Failure::BreakerOpen`]; [`RetryError::attempts`] counts only the attempts sent. See
-    /// [`AttemptGate`](super::AttemptGate) for how attempts are counted.
+    /// [`Failure::Refused`]; [`RetryError::attempts`] counts only the attempts sent. See
+    /// [`admission`](crate::admission) for how attempts are counted.
     ///
     /// A retry is checked after its backoff wait (the breaker may have closed meanwhile); a
     /// retry rejected then has already been paid for by the budget, like one the caller
@@ -226,23 +226,30 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
     /// // The next call is rejected before its first attempt.
     /// let err = retrier.run(|_| async { Ok(()) }, always_503).await.unwrap_err();
     /// assert_eq!(err.attempts(), 0);
-    /// assert!(matches!(err.last(), Failure::BreakerOpen(_)));
+    /// assert!(matches!(err.last(), Failure::Refused(_)));
     /// # }
     /// ```
     pub fn with_breaker<P: BreakerObserver>(
         self,
         breaker: std::sync::Arc<CircuitBreaker<P>>,
     ) -> Retrier<B, O, R, std::sync::Arc<CircuitBreaker<P>>> {
+        self.with_gate(breaker)
+    }
+
+    /// Sends every attempt through `gate`: a breaker, an adaptive throttle, a pair of them
+    /// (see [`admission`](crate::admission)). A refused attempt is not sent and stops the
+    /// call with the refusal's [`stop_reason`](Refusal::stop_reason).
+    pub fn with_gate<G2: AttemptGate>(self, gate: G2) -> Retrier<B, O, R, G2> {
         Retrier {
             policy: self.policy,
             budget: self.budget,
             observer: self.observer,
             random: self.random,
-            gate: breaker,
+            gate,
         }
     }
 
-    /// The circuit breaker (or [`NoGate`]) every attempt goes through.
+    /// The gate (a circuit breaker, or [`NoGate`]) every attempt goes through.
     pub fn gate(&self) -> &G {
         &self.gate
     }
@@ -329,10 +336,10 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
             let number = run.attempts();
             let pass = match self.gate.admit() {
                 Ok(pass) => pass,
-                Err(open) => {
+                Err(refusal) => {
                     cancelled.armed = false;
-                    let (result, sent) = self.rejected(open, number);
-                    return finish(result, sent, StopReason::BreakerOpen);
+                    let sent = self.refused(refusal, number);
+                    return finish(Err(Failure::Refused(refusal)), sent, refusal.stop_reason());
                 }
             };
             cancelled.attempts = number;
@@ -350,8 +357,8 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                 None => {
                     let result = op(attempt).await;
                     let outcome = classifier.classify(&result);
-                    pass.finish(outcome);
                     if outcome.is_success() {
+                        pass.finish(outcome);
                         self.observer
                             .attempt_ended(number, &AttemptOutcome::from(outcome));
                         run.succeeded();
@@ -362,6 +369,14 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                             StopReason::Succeeded,
                         );
                     }
+                    if let Some(refusal) = classifier.refusal(&result) {
+                        // Refused further down: not sent, so neither recorded nor charged.
+                        drop(pass);
+                        cancelled.armed = false;
+                        let sent = self.refused(refusal, number);
+                        return finish(result.map_err(Failure::Error), sent, refusal.stop_reason());
+                    }
+                    pass.finish(outcome);
                     (
                         result.map_err(Failure::Error),
                         AttemptOutcome::from(outcome),
@@ -370,6 +385,18 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                 Some(limit) => match tokio::time::timeout(limit, op(attempt)).await {
                     Ok(result) => {
                         let outcome = classifier.classify(&result);
+                        if outcome.is_failure() {
+                            if let Some(refusal) = classifier.refusal(&result) {
+                                drop(pass);
+                                cancelled.armed = false;
+                                let sent = self.refused(refusal, number);
+                                return finish(
+                                    result.map_err(Failure::Error),
+                                    sent,
+                                    refusal.stop_reason(),
+                                );
+                            }
+                        }
                         pass.finish(outcome);
                         (
                             result.map_err(Failure::Error),
@@ -413,17 +440,14 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
 }
 
 impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<B, O, R, G> {
-    /// The breaker rejected attempt `number`: tell the observer, and say how many were sent.
+    /// Attempt `number` was refused before it was sent: tell the observer, and say how many
+    /// were sent.
     #[cold]
     #[inline(never)]
-    fn rejected<T, E>(
-        &self,
-        open: crate::breaker::BreakerOpen,
-        number: u32,
-    ) -> (Result<T, Failure<E>>, u32) {
+    fn refused(&self, refusal: Refusal, number: u32) -> u32 {
         let sent = number - 1;
-        self.observer.gave_up(sent, StopReason::BreakerOpen);
-        (Err(Failure::BreakerOpen(open)), sent)
+        self.observer.gave_up(sent, refusal.stop_reason());
+        sent
     }
 }
 

@@ -12,8 +12,11 @@
 //!   charge twice;
 //! - **attempts exhausted**;
 //! - **the budget refuses** — see [`budget`](crate::budget);
-//! - **the circuit breaker is open** — with [`Retrier::with_breaker`] every attempt, the
-//!   first included, needs a permit (see [`AttemptGate`] for how attempts are counted);
+//! - **a gate refuses** — with [`Retrier::with_breaker`] (or [`Retrier::with_gate`]) every
+//!   attempt, the first included, needs a permit (see [`admission`](crate::admission) for how
+//!   attempts are counted); a refusal met further down (a [`Refusal`](crate::admission::Refusal)
+//!   that a [`Classifier::refusal`](crate::classify::Classifier::refusal) recognises) stops
+//!   the loop the same way, uncharged;
 //! - **the deadline cannot fit another attempt**: remaining < wait + minimum useful call time
 //!   (the seeds' example ①: with 250 ms and 60 ms calls, five configured attempts become
 //!   three, because the fourth could never finish in time);
@@ -28,7 +31,6 @@ mod decide;
 mod error;
 #[cfg(feature = "tokio")]
 mod executor;
-mod gate;
 mod key;
 mod observe;
 mod policy;
@@ -37,7 +39,6 @@ pub use decide::{AttemptOutcome, Decision, RetryReason, RetryRun, StopReason};
 pub use error::{Failure, RetryError};
 #[cfg(feature = "tokio")]
 pub use executor::{Attempt, Call, RandomSource, Report, Retrier, SeededRandom};
-pub use gate::{AttemptGate, AttemptPass, BreakerPass, NoGate};
 pub use key::{IdempotencyKey, InvalidKey};
 pub use observe::RetryObserver;
 pub use policy::{InvalidPolicy, RetryPolicy};

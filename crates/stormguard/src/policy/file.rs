@@ -1,0 +1,726 @@
+//! The shape of a policy as a file writes it, and the checks that turn it into an
+//! [`EndpointPolicy`].
+//!
+//! These types exist only to read and write files: an [`EndpointPolicy`] deserialises through
+//! [`RawEndpoint`] (and so is validated before it exists) and serialises back into it, so a
+//! policy written out reads back equal.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    BudgetSpec, EndpointPolicy, Fallback, FieldPath, HedgeDelaySpec, HedgeSpec, PolicyError,
+    PolicyFile, Propagation, PropagationHeaders,
+};
+use crate::backoff::{Backoff, Growth, Jitter};
+use crate::breaker::{BreakerConfig, Comparison};
+use crate::deadline::{DeadlineHeader, DeadlineHeaders, Reserve};
+use crate::health::{HealthConfig, InvalidConfig, WindowKind};
+use crate::retry::RetryPolicy;
+use crate::throttle::ThrottleConfig;
+
+/// gRPC A6 caps hedged attempts (and retries) at 5.
+const MAX_HEDGE_ATTEMPTS: u32 = 5;
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFile {
+    #[serde(default)]
+    endpoints: BTreeMap<String, RawEndpoint>,
+}
+
+impl RawFile {
+    pub(super) fn into_file(self) -> Result<PolicyFile, PolicyError> {
+        let endpoints = self
+            .endpoints
+            .into_iter()
+            .map(|(name, raw)| {
+                let policy = raw.into_policy(&FieldPath::endpoint(&name))?;
+                Ok((name, policy))
+            })
+            .collect::<Result<_, PolicyError>>()?;
+        Ok(PolicyFile { endpoints })
+    }
+}
+
+impl From<&PolicyFile> for RawFile {
+    fn from(file: &PolicyFile) -> Self {
+        RawFile {
+            endpoints: file
+                .endpoints
+                .iter()
+                .map(|(name, policy)| (name.clone(), RawEndpoint::from(policy.clone())))
+                .collect(),
+        }
+    }
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEndpoint {
+    #[serde(default)]
+    idempotency: Idempotency,
+    #[serde(default)]
+    timeouts: RawTimeouts,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry: Option<RawRetry>,
+    #[serde(default)]
+    backoff: RawBackoff,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hedge: Option<RawHedge>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    budget: Option<BudgetSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    breaker: Option<RawBreaker>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    throttle: Option<RawThrottle>,
+    #[serde(default)]
+    deadline: RawDeadline,
+    #[serde(default)]
+    fallback: Fallback,
+}
+
+/// When an in-doubt failure (timeout or reset after sending) may be retried.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Idempotency {
+    /// Only when the request carries an idempotency key (the default).
+    #[default]
+    Key,
+    /// Always: the operation is idempotent.
+    Idempotent,
+}
+
+#[derive(Clone, Copy, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimeouts {
+    #[serde(
+        default,
+        with = "crate::duration::serde_duration_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    connect: Option<Duration>,
+    #[serde(
+        default,
+        with = "crate::duration::serde_duration_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    per_try: Option<Duration>,
+    #[serde(
+        default,
+        with = "crate::duration::serde_duration_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    overall: Option<Duration>,
+}
+
+#[derive(Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetry {
+    #[serde(default = "default_max_attempts")]
+    max_attempts: u32,
+    #[serde(default, with = "crate::duration::serde_duration")]
+    min_call: Duration,
+}
+
+fn default_max_attempts() -> u32 {
+    3
+}
+
+#[derive(Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum BackoffKind {
+    Fixed,
+    Linear,
+    #[default]
+    Exponential,
+    Envoy,
+    Decorrelated,
+}
+
+#[derive(Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum JitterKind {
+    None,
+    #[default]
+    Full,
+    Equal,
+}
+
+#[derive(Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBackoff {
+    #[serde(default)]
+    kind: BackoffKind,
+    #[serde(default = "default_base", with = "crate::duration::serde_duration")]
+    base: Duration,
+    #[serde(default = "default_cap", with = "crate::duration::serde_duration")]
+    cap: Duration,
+    #[serde(default = "default_multiplier")]
+    multiplier: f64,
+    #[serde(default)]
+    jitter: JitterKind,
+}
+
+fn default_base() -> Duration {
+    Duration::from_millis(100)
+}
+fn default_cap() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_multiplier() -> f64 {
+    2.0
+}
+
+impl Default for RawBackoff {
+    fn default() -> Self {
+        RawBackoff {
+            kind: BackoffKind::default(),
+            base: default_base(),
+            cap: default_cap(),
+            multiplier: default_multiplier(),
+            jitter: JitterKind::default(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHedge {
+    max_attempts: u32,
+    #[serde(
+        default,
+        with = "crate::duration::serde_duration_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    delay: Option<Duration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    percentile: Option<f64>,
+    #[serde(
+        default,
+        with = "crate::duration::serde_duration_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    fallback: Option<Duration>,
+}
+
+#[derive(Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ComparisonKind {
+    #[default]
+    AtLeast,
+    Above,
+}
+
+#[derive(Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBreaker {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    count: Option<u32>,
+    #[serde(
+        default,
+        with = "crate::duration::serde_duration_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    time: Option<Duration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    buckets: Option<u32>,
+    #[serde(
+        default,
+        with = "crate::duration::serde_duration_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    slow_call: Option<Duration>,
+    #[serde(default)]
+    count_never_retry: bool,
+    #[serde(default = "default_failure_ratio")]
+    failure_ratio: f64,
+    #[serde(default = "default_slow_call_ratio")]
+    slow_call_ratio: f64,
+    #[serde(default)]
+    comparison: ComparisonKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    minimum_throughput: Option<u32>,
+    #[serde(default = "default_open", with = "crate::duration::serde_duration")]
+    open: Duration,
+    #[serde(
+        default,
+        with = "crate::duration::serde_duration_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    max_open: Option<Duration>,
+    #[serde(default = "default_growth")]
+    growth: f64,
+    #[serde(default)]
+    jitter: f64,
+    #[serde(default = "default_probes")]
+    probes: u32,
+}
+
+fn default_failure_ratio() -> f64 {
+    0.5
+}
+fn default_slow_call_ratio() -> f64 {
+    1.0
+}
+fn default_open() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_growth() -> f64 {
+    1.0
+}
+fn default_probes() -> u32 {
+    1
+}
+/// The default time-window buckets: one per second of a 10 s window.
+const DEFAULT_BUCKETS: u32 = 10;
+/// Resilience4j's default minimum number of calls.
+const DEFAULT_MINIMUM_THROUGHPUT: u32 = 100;
+
+#[derive(Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawThrottle {
+    #[serde(default = "default_k")]
+    k: f64,
+    #[serde(
+        default = "default_throttle_window",
+        with = "crate::duration::serde_duration"
+    )]
+    window: Duration,
+    #[serde(default = "default_throttle_buckets")]
+    buckets: u32,
+}
+
+fn default_k() -> f64 {
+    ThrottleConfig::sre_default().k()
+}
+fn default_throttle_window() -> Duration {
+    ThrottleConfig::sre_default().window()
+}
+fn default_throttle_buckets() -> u32 {
+    ThrottleConfig::sre_default().buckets()
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDeadline {
+    #[serde(default)]
+    reserve: f64,
+    #[serde(default, with = "crate::duration::serde_duration")]
+    reserve_fixed: Duration,
+    #[serde(default = "default_headers")]
+    headers: Vec<String>,
+}
+
+fn default_headers() -> Vec<String> {
+    vec![DeadlineHeader::GrpcTimeout.name().to_owned()]
+}
+
+impl Default for RawDeadline {
+    fn default() -> Self {
+        RawDeadline {
+            reserve: 0.0,
+            reserve_fixed: Duration::ZERO,
+            headers: default_headers(),
+        }
+    }
+}
+
+impl TryFrom<RawEndpoint> for EndpointPolicy {
+    type Error = PolicyError;
+
+    fn try_from(raw: RawEndpoint) -> Result<Self, PolicyError> {
+        raw.into_policy(&FieldPath(String::new()))
+    }
+}
+
+impl RawEndpoint {
+    /// The policy this raw endpoint describes, checked; `at` names it in errors.
+    fn into_policy(self, at: &FieldPath) -> Result<EndpointPolicy, PolicyError> {
+        let retry_at = at.field("retry");
+        if let (Some(retry), Some(_)) = (&self.retry, &self.hedge) {
+            if retry.max_attempts > 1 {
+                return Err(retry_at.field("max_attempts").invalid(
+                    "an endpoint either retries or hedges: with `hedge`, leave `retry` out or set max_attempts = 1",
+                ));
+            }
+        }
+        let retry_raw = self.retry.unwrap_or(RawRetry {
+            max_attempts: if self.hedge.is_some() {
+                1
+            } else {
+                default_max_attempts()
+            },
+            min_call: Duration::ZERO,
+        });
+        let backoff = self.backoff.into_backoff(&at.field("backoff"))?;
+        let mut retry = RetryPolicy::new(retry_raw.max_attempts)
+            .with_backoff(backoff)
+            .with_min_call(retry_raw.min_call)
+            .with_idempotent(self.idempotency == Idempotency::Idempotent);
+        if let Some(per_try) = self.timeouts.per_try {
+            retry = retry.with_per_try_timeout(per_try);
+        }
+        let hedge = match self.hedge {
+            None => None,
+            Some(raw) => Some(raw.into_spec(&at.field("hedge"))?),
+        };
+        let breaker = match self.breaker {
+            None => None,
+            Some(raw) => Some(raw.into_config(&at.field("breaker"))?),
+        };
+        let deadline_at = at.field("deadline");
+        let reserve = Reserve::fraction(self.deadline.reserve)
+            .map_err(|e| deadline_at.field("reserve").invalid(e))?
+            .with_fixed(self.deadline.reserve_fixed);
+        let mut headers = Vec::with_capacity(self.deadline.headers.len());
+        for name in &self.deadline.headers {
+            let header = DeadlineHeaders::ALL
+                .iter()
+                .find(|h| h.name().eq_ignore_ascii_case(name))
+                .ok_or_else(|| {
+                    deadline_at.field("headers").invalid(format!(
+                        "{name:?} is not a deadline header (grpc-timeout, connect-timeout-ms, x-envoy-expected-rq-timeout-ms, x-request-deadline)"
+                    ))
+                })?;
+            headers.push(header);
+        }
+        let headers =
+            DeadlineHeaders::new(&headers).map_err(|e| deadline_at.field("headers").invalid(e))?;
+        let policy = EndpointPolicy {
+            retry,
+            hedge,
+            connect_timeout: self.timeouts.connect,
+            overall_timeout: self.timeouts.overall,
+            budget: self.budget,
+            breaker,
+            throttle: self
+                .throttle
+                .map(|t| ThrottleConfig::new(t.k).with_window(t.window, t.buckets)),
+            propagation: Propagation {
+                reserve,
+                headers: PropagationHeaders(headers),
+            },
+            fallback: self.fallback,
+        };
+        check(&policy, at)?;
+        Ok(policy)
+    }
+}
+
+impl RawBackoff {
+    fn into_backoff(self, at: &FieldPath) -> Result<Backoff, PolicyError> {
+        if self.cap < self.base {
+            return Err(at
+                .field("cap")
+                .invalid(format!("{:?} is below the base {:?}", self.cap, self.base)));
+        }
+        if !(self.multiplier.is_finite() && self.multiplier >= 1.0) {
+            return Err(at.field("multiplier").invalid(format!(
+                "must be a finite number >= 1, got {}",
+                self.multiplier
+            )));
+        }
+        let jitter = match self.jitter {
+            JitterKind::None => Jitter::None,
+            JitterKind::Full => Jitter::Full,
+            JitterKind::Equal => Jitter::Equal,
+        };
+        let backoff = match self.kind {
+            BackoffKind::Fixed => Backoff::fixed(self.base).with_jitter(jitter),
+            BackoffKind::Linear => Backoff::linear(self.base).with_jitter(jitter),
+            BackoffKind::Exponential => Backoff::fixed(self.base)
+                .with_growth(Growth::Exponential {
+                    multiplier: self.multiplier,
+                })
+                .with_jitter(jitter),
+            BackoffKind::Envoy => Backoff::envoy(self.base, self.cap).with_jitter(jitter),
+            BackoffKind::Decorrelated => Backoff::decorrelated(self.base, self.cap),
+        };
+        backoff
+            .with_cap(self.cap)
+            .validate()
+            .map_err(|e| at.invalid(e))
+    }
+}
+
+impl From<Backoff> for RawBackoff {
+    fn from(backoff: Backoff) -> Self {
+        let (kind, multiplier) = match (backoff.jitter(), backoff.growth()) {
+            (Jitter::Decorrelated, _) => (BackoffKind::Decorrelated, default_multiplier()),
+            (_, Growth::Fixed) => (BackoffKind::Fixed, default_multiplier()),
+            (_, Growth::Linear) => (BackoffKind::Linear, default_multiplier()),
+            (_, Growth::Exponential { multiplier }) => (BackoffKind::Exponential, multiplier),
+            (_, Growth::Envoy) => (BackoffKind::Envoy, default_multiplier()),
+        };
+        let jitter = match backoff.jitter() {
+            Jitter::None => JitterKind::None,
+            Jitter::Equal => JitterKind::Equal,
+            Jitter::Full | Jitter::Decorrelated => JitterKind::Full,
+        };
+        RawBackoff {
+            kind,
+            base: backoff.base(),
+            cap: backoff.cap(),
+            multiplier,
+            jitter,
+        }
+    }
+}
+
+impl RawHedge {
+    fn into_spec(self, at: &FieldPath) -> Result<HedgeSpec, PolicyError> {
+        let delay = match (self.delay, self.percentile, self.fallback) {
+            (Some(delay), None, None) => HedgeDelaySpec::Fixed(delay),
+            (None, Some(percentile), fallback) => HedgeDelaySpec::Percentile {
+                percentile,
+                fallback: fallback.ok_or_else(|| {
+                    at.field("fallback").invalid(
+                        "a percentile delay needs a fallback delay for while the window is empty",
+                    )
+                })?,
+            },
+            (None, None, _) => {
+                return Err(at
+                    .field("delay")
+                    .invalid("set either `delay` or `percentile` (with `fallback`)"));
+            }
+            (Some(_), _, _) => {
+                return Err(at
+                    .field("delay")
+                    .invalid("set either `delay` or `percentile` (with `fallback`), not both"));
+            }
+        };
+        Ok(HedgeSpec {
+            max_attempts: self.max_attempts,
+            delay,
+        })
+    }
+}
+
+impl From<HedgeSpec> for RawHedge {
+    fn from(spec: HedgeSpec) -> Self {
+        match spec.delay {
+            HedgeDelaySpec::Fixed(delay) => RawHedge {
+                max_attempts: spec.max_attempts,
+                delay: Some(delay),
+                percentile: None,
+                fallback: None,
+            },
+            HedgeDelaySpec::Percentile {
+                percentile,
+                fallback,
+            } => RawHedge {
+                max_attempts: spec.max_attempts,
+                delay: None,
+                percentile: Some(percentile),
+                fallback: Some(fallback),
+            },
+        }
+    }
+}
+
+impl RawBreaker {
+    fn into_config(self, at: &FieldPath) -> Result<BreakerConfig, PolicyError> {
+        let mut window = match (self.count, self.time) {
+            (Some(calls), None) => {
+                if self.buckets.is_some() {
+                    return Err(at
+                        .field("buckets")
+                        .invalid("buckets belong to a time window (`time`), not a count window"));
+                }
+                HealthConfig::count(calls)
+            }
+            (None, Some(length)) => {
+                HealthConfig::time(length, self.buckets.unwrap_or(DEFAULT_BUCKETS))
+            }
+            _ => {
+                return Err(at.invalid(
+                    "set exactly one window: `count` (the last N calls) or `time` (the calls of the last duration)",
+                ));
+            }
+        };
+        if let Some(slow) = self.slow_call {
+            window = window.with_slow_call_threshold(slow);
+        }
+        window = window.with_never_retry_as_failure(self.count_never_retry);
+        let minimum = self.minimum_throughput.unwrap_or(match window.kind() {
+            WindowKind::Count { calls } => calls.min(DEFAULT_MINIMUM_THROUGHPUT),
+            WindowKind::Time { .. } => DEFAULT_MINIMUM_THROUGHPUT,
+        });
+        let comparison = match self.comparison {
+            ComparisonKind::AtLeast => Comparison::AtLeast,
+            ComparisonKind::Above => Comparison::Above,
+        };
+        Ok(BreakerConfig::new(window)
+            .with_failure_ratio(self.failure_ratio)
+            .with_slow_call_ratio(self.slow_call_ratio)
+            .with_comparison(comparison)
+            .with_minimum_throughput(minimum)
+            .with_open_duration(self.open)
+            .with_growth(self.growth, self.max_open.unwrap_or(self.open))
+            .with_jitter(self.jitter)
+            .with_permitted_probes(self.probes))
+    }
+}
+
+impl From<BreakerConfig> for RawBreaker {
+    fn from(config: BreakerConfig) -> Self {
+        let window = config.window();
+        let (count, time, buckets) = match window.kind() {
+            WindowKind::Count { calls } => (Some(calls), None, None),
+            WindowKind::Time { length, buckets } => (None, Some(length), Some(buckets)),
+        };
+        RawBreaker {
+            count,
+            time,
+            buckets,
+            slow_call: window.slow_call_threshold(),
+            count_never_retry: window.never_retry_is_failure(),
+            failure_ratio: config.failure_ratio(),
+            slow_call_ratio: config.slow_call_ratio(),
+            comparison: match config.comparison() {
+                Comparison::AtLeast => ComparisonKind::AtLeast,
+                Comparison::Above => ComparisonKind::Above,
+            },
+            minimum_throughput: Some(config.minimum_throughput()),
+            open: config.open_duration(),
+            max_open: Some(config.max_open_duration()),
+            growth: config.growth(),
+            jitter: config.jitter(),
+            probes: config.permitted_probes(),
+        }
+    }
+}
+
+impl From<EndpointPolicy> for RawEndpoint {
+    fn from(policy: EndpointPolicy) -> Self {
+        let retry = policy.retry;
+        RawEndpoint {
+            idempotency: if retry.idempotent() {
+                Idempotency::Idempotent
+            } else {
+                Idempotency::Key
+            },
+            timeouts: RawTimeouts {
+                connect: policy.connect_timeout,
+                per_try: retry.per_try_timeout(),
+                overall: policy.overall_timeout,
+            },
+            retry: Some(RawRetry {
+                max_attempts: retry.max_attempts(),
+                min_call: retry.min_call(),
+            }),
+            backoff: RawBackoff::from(*retry.backoff()),
+            hedge: policy.hedge.map(RawHedge::from),
+            budget: policy.budget,
+            breaker: policy.breaker.map(RawBreaker::from),
+            throttle: policy.throttle.map(|t| RawThrottle {
+                k: t.k(),
+                window: t.window(),
+                buckets: t.buckets(),
+            }),
+            deadline: RawDeadline {
+                reserve: policy.propagation.reserve.fraction_kept(),
+                reserve_fixed: policy.propagation.reserve.fixed_kept(),
+                headers: policy
+                    .propagation
+                    .headers
+                    .0
+                    .iter()
+                    .map(|h| h.name().to_owned())
+                    .collect(),
+            },
+            fallback: policy.fallback,
+        }
+    }
+}
+
+/// Checks a policy's fields and the rules between them; `at` names the endpoint in errors.
+pub(super) fn check(policy: &EndpointPolicy, at: &FieldPath) -> Result<(), PolicyError> {
+    let timeouts = at.field("timeouts");
+    let retry = &policy.retry;
+    for (name, value) in [
+        ("connect", policy.connect_timeout),
+        ("per_try", retry.per_try_timeout()),
+        ("overall", policy.overall_timeout),
+    ] {
+        if value == Some(Duration::ZERO) {
+            return Err(timeouts.field(name).invalid("must be above zero"));
+        }
+    }
+    if let (Some(per_try), Some(overall)) = (retry.per_try_timeout(), policy.overall_timeout) {
+        if per_try > overall {
+            return Err(timeouts.field("per_try").invalid(format!(
+                "{per_try:?} is longer than the overall timeout {overall:?}"
+            )));
+        }
+    }
+    if retry.max_attempts() == 0 {
+        return Err(at
+            .field("retry")
+            .field("max_attempts")
+            .invalid("must be at least 1 (it counts the first attempt)"));
+    }
+    retry
+        .backoff()
+        .validate()
+        .map_err(|e| at.field("backoff").invalid(e))?;
+    if let Some(hedge) = &policy.hedge {
+        let hedge_at = at.field("hedge");
+        if retry.max_attempts() > 1 {
+            return Err(at.field("retry").field("max_attempts").invalid(
+                "an endpoint either retries or hedges: with `hedge`, max_attempts must be 1",
+            ));
+        }
+        if !(2..=MAX_HEDGE_ATTEMPTS).contains(&hedge.max_attempts) {
+            return Err(hedge_at.field("max_attempts").invalid(format!(
+                "must be in 2..={MAX_HEDGE_ATTEMPTS} (gRPC A6 caps hedging at 5), got {}",
+                hedge.max_attempts
+            )));
+        }
+        if let HedgeDelaySpec::Percentile { percentile, .. } = hedge.delay {
+            if !(percentile.is_finite() && percentile > 0.0 && percentile < 1.0) {
+                return Err(hedge_at.field("percentile").invalid(format!(
+                    "must be a number strictly between 0 and 1, got {percentile}"
+                )));
+            }
+        }
+    }
+    if let Some(budget) = &policy.budget {
+        budget.validate(&at.field("budget"))?;
+    }
+    if let Some(breaker) = &policy.breaker {
+        breaker
+            .validate()
+            .map_err(|e| config_error(&at.field("breaker"), e))?;
+    }
+    if let Some(throttle) = &policy.throttle {
+        throttle
+            .validate()
+            .map_err(|e| config_error(&at.field("throttle"), e))?;
+    }
+    if policy.propagation.reserve.keeps_everything() {
+        return Err(at
+            .field("deadline")
+            .field("reserve")
+            .invalid("keeps all the remaining time: no call would ever be sent"));
+    }
+    Ok(())
+}
+
+/// A core configuration error, named by the policy file's field names.
+fn config_error(section: &FieldPath, error: InvalidConfig) -> PolicyError {
+    let name = error.field.rsplit('.').next().unwrap_or(error.field);
+    let file_name = match name {
+        "open_duration" => "open",
+        "max_open_duration" => "max_open",
+        "permitted_probes" => "probes",
+        "calls" => "count",
+        "length" => "time",
+        other => other,
+    };
+    section.field(file_name).invalid(error.problem)
+}

@@ -1,0 +1,409 @@
+//! Per-endpoint policies: one type that says how to call one endpoint, and the files that
+//! hold them.
+//!
+//! Retry and timeout settings spread across code are how a service ends up with three layers
+//! each retrying three times. An [`EndpointPolicy`] keeps everything about calling one
+//! endpoint in one reviewed value — attempts and backoff, or hedging; per-try, connect and
+//! overall timeouts; the retry budget; the circuit breaker; the adaptive throttle; how much of
+//! the deadline this hop keeps and in which headers it hands the rest on; when to fall back —
+//! and the client stack of `stormguard-tower` is built from exactly that value. A
+//! [`PolicyFile`] names one policy per endpoint.
+//!
+//! A policy is checked when it is made: [`EndpointPolicy::validate`] for one built in code,
+//! and parsing for a file ([`PolicyFile::from_toml`], [`PolicyFile::from_json`]), which
+//! refuses a bad file with the field and the broken rule named instead of letting it surface
+//! as a retry storm. There is no unvalidated policy file to hold.
+//!
+//! ```toml
+//! [endpoints."POST /pay"]
+//! idempotency = "key"            # retry an in-doubt failure only with an Idempotency-Key
+//! timeouts = { connect = "100ms", per_try = "300ms", overall = "1s" }
+//! retry = { max_attempts = 3, min_call = "50ms" }
+//! backoff = { kind = "exponential", base = "100ms", cap = "2s", jitter = "full" }
+//! budget = { kind = "grpc", max_tokens = 10, token_ratio = 0.1 }
+//! breaker = { count = 20, failure_ratio = 0.5, minimum_throughput = 10, open = "5s" }
+//! deadline = { reserve = 0.1, headers = ["grpc-timeout"] }
+//!
+//! [endpoints."GET /search"]
+//! idempotency = "idempotent"
+//! hedge = { max_attempts = 2, percentile = 0.95, fallback = "50ms" }
+//! budget = { kind = "ratio", retry_ratio = 0.2, ttl = "10s" }
+//! ```
+//!
+//! Durations are written as `"250ms"`, `"1s"`, `"1.5s"` (see [`crate::duration`]). JSON files
+//! have the same shape. Unknown fields are errors, so a typo cannot silently fall back to a
+//! default.
+
+mod budget;
+mod file;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backoff::Backoff;
+use crate::breaker::BreakerConfig;
+use crate::deadline::{DeadlineHeader, DeadlineHeaders, Reserve};
+use crate::retry::RetryPolicy;
+use crate::throttle::ThrottleConfig;
+
+pub use budget::BudgetSpec;
+
+/// How to call one endpoint: the whole client stack's configuration, validated.
+///
+/// # Default
+///
+/// [`EndpointPolicy::new`] keeps the retry policy it is given and adds nothing else: no
+/// hedging, no connect or overall timeout, no budget (not recommended), no breaker, no
+/// throttle, no hop reserve with the deadline handed on in `grpc-timeout`, and
+/// [`Fallback::OnGiveUp`].
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard::breaker::BreakerConfig;
+/// use stormguard::health::HealthConfig;
+/// use stormguard::policy::{BudgetSpec, EndpointPolicy};
+/// use stormguard::retry::RetryPolicy;
+///
+/// let policy = EndpointPolicy::new(
+///     RetryPolicy::new(3).with_per_try_timeout(Duration::from_millis(300)),
+/// )
+/// .with_overall_timeout(Duration::from_secs(1))
+/// .with_budget(BudgetSpec::Grpc { max_tokens: 10, token_ratio: 0.1 })
+/// .with_breaker(BreakerConfig::new(HealthConfig::count(20)).with_minimum_throughput(10))
+/// .validate()?;
+/// assert_eq!(policy.retry().max_attempts(), 3);
+/// # Ok::<(), stormguard::policy::PolicyError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "file::RawEndpoint", into = "file::RawEndpoint")]
+pub struct EndpointPolicy {
+    retry: RetryPolicy,
+    hedge: Option<HedgeSpec>,
+    connect_timeout: Option<Duration>,
+    overall_timeout: Option<Duration>,
+    budget: Option<BudgetSpec>,
+    breaker: Option<BreakerConfig>,
+    throttle: Option<ThrottleConfig>,
+    propagation: Propagation,
+    fallback: Fallback,
+}
+
+/// Hedging instead of retrying: how many copies of a slow request, sent how far apart.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HedgeSpec {
+    /// Attempts in all, the original included: 2..=5 (gRPC A6 caps hedging at 5).
+    pub max_attempts: u32,
+    /// When the next copy is sent.
+    pub delay: HedgeDelaySpec,
+}
+
+/// When a hedge is sent, as a policy writes it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum HedgeDelaySpec {
+    /// After this fixed delay (A6 `hedgingDelay`).
+    Fixed(Duration),
+    /// After the endpoint's live latency percentile `percentile` (in `(0, 1)`), read from its
+    /// health window; `fallback` until the window has data.
+    Percentile {
+        /// Which percentile, for example 0.95.
+        percentile: f64,
+        /// The delay while the window is empty.
+        fallback: Duration,
+    },
+}
+
+/// How this hop hands the deadline on: the reserve it keeps for its own work, and the headers
+/// that carry the rest downstream.
+///
+/// # Default
+///
+/// No reserve; `grpc-timeout` only.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Propagation {
+    /// What this hop keeps of the time left (a fraction, a fixed amount, or both).
+    pub reserve: Reserve,
+    /// The headers written on every attempt.
+    pub headers: PropagationHeaders,
+}
+
+/// The deadline headers a hop writes: [`DeadlineHeaders`], whose default here is
+/// `grpc-timeout` alone (the one format every gRPC and Connect peer reads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PropagationHeaders(pub DeadlineHeaders);
+
+impl Default for PropagationHeaders {
+    fn default() -> Self {
+        PropagationHeaders(DeadlineHeaders::only(DeadlineHeader::GrpcTimeout))
+    }
+}
+
+/// When the client stack answers from its fallback (a cached answer, an alternate upstream)
+/// instead of the downstream's answer, if a fallback is installed on the stack.
+///
+/// # Default
+///
+/// [`Fallback::OnGiveUp`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fallback {
+    /// Never: the caller always gets the downstream's answer or the stack's error.
+    Never,
+    /// When the stack gives up: attempts exhausted, budget or breaker refused, deadline too
+    /// close, or a failure it may not retry.
+    #[default]
+    OnGiveUp,
+    /// Always, without calling the downstream (a rule switched the endpoint over).
+    Always,
+}
+
+impl EndpointPolicy {
+    /// A policy that retries by `retry` and adds nothing else (see [`EndpointPolicy#default`]).
+    pub const fn new(retry: RetryPolicy) -> Self {
+        EndpointPolicy {
+            retry,
+            hedge: None,
+            connect_timeout: None,
+            overall_timeout: None,
+            budget: None,
+            breaker: None,
+            throttle: None,
+            propagation: Propagation {
+                reserve: Reserve::NONE,
+                headers: PropagationHeaders(DeadlineHeaders::only(DeadlineHeader::GrpcTimeout)),
+            },
+            fallback: Fallback::OnGiveUp,
+        }
+    }
+
+    /// Replaces the retry policy (attempts, backoff, per-try timeout, minimum call time,
+    /// idempotency).
+    pub const fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Hedges instead of retrying. The retry policy then must allow one attempt only; its
+    /// per-try timeout, minimum call time and idempotency still apply to every copy.
+    pub const fn with_hedge(mut self, hedge: HedgeSpec) -> Self {
+        self.hedge = Some(hedge);
+        self
+    }
+
+    /// Bounds establishing a connection.
+    pub const fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// Bounds the whole call, retries included: the call's deadline is the earlier of the
+    /// caller's and this.
+    pub const fn with_overall_timeout(mut self, timeout: Duration) -> Self {
+        self.overall_timeout = Some(timeout);
+        self
+    }
+
+    /// The retry budget, built once per downstream and shared by its callers.
+    pub const fn with_budget(mut self, budget: BudgetSpec) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// A circuit breaker every attempt goes through.
+    pub const fn with_breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.breaker = Some(breaker);
+        self
+    }
+
+    /// An adaptive throttle every call goes through.
+    pub const fn with_throttle(mut self, throttle: ThrottleConfig) -> Self {
+        self.throttle = Some(throttle);
+        self
+    }
+
+    /// The hop reserve and the deadline headers written on every attempt.
+    pub const fn with_propagation(mut self, propagation: Propagation) -> Self {
+        self.propagation = propagation;
+        self
+    }
+
+    /// When the stack answers from its fallback.
+    pub const fn with_fallback(mut self, fallback: Fallback) -> Self {
+        self.fallback = fallback;
+        self
+    }
+
+    /// Checks every field and the rules between them; the error names the first broken one.
+    pub fn validate(self) -> Result<Self, PolicyError> {
+        file::check(&self, &FieldPath(String::new()))?;
+        Ok(self)
+    }
+
+    /// The retry policy.
+    pub const fn retry(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// The hedging, when the endpoint hedges instead of retrying.
+    pub const fn hedge(&self) -> Option<&HedgeSpec> {
+        self.hedge.as_ref()
+    }
+
+    /// The connect timeout.
+    pub const fn connect_timeout(&self) -> Option<Duration> {
+        self.connect_timeout
+    }
+
+    /// The overall timeout.
+    pub const fn overall_timeout(&self) -> Option<Duration> {
+        self.overall_timeout
+    }
+
+    /// The retry budget.
+    pub const fn budget(&self) -> Option<&BudgetSpec> {
+        self.budget.as_ref()
+    }
+
+    /// The circuit breaker.
+    pub const fn breaker(&self) -> Option<&BreakerConfig> {
+        self.breaker.as_ref()
+    }
+
+    /// The adaptive throttle.
+    pub const fn throttle(&self) -> Option<&ThrottleConfig> {
+        self.throttle.as_ref()
+    }
+
+    /// The hop reserve and deadline headers.
+    pub const fn propagation(&self) -> &Propagation {
+        &self.propagation
+    }
+
+    /// When the stack answers from its fallback.
+    pub const fn fallback(&self) -> Fallback {
+        self.fallback
+    }
+
+    /// The backoff between retries.
+    pub const fn backoff(&self) -> &Backoff {
+        self.retry.backoff()
+    }
+}
+
+/// A whole policy file: one validated policy per endpoint name.
+///
+/// ```
+/// use stormguard::policy::PolicyFile;
+///
+/// let file = PolicyFile::from_toml(r#"
+///     [endpoints."GET /users/*"]
+///     idempotency = "idempotent"
+///     retry = { max_attempts = 2 }
+/// "#)?;
+/// assert_eq!(file.endpoint("GET /users/*").unwrap().retry().max_attempts(), 2);
+/// let err = PolicyFile::from_toml("[endpoints.x]\nretry = { max_attempts = 0 }").unwrap_err();
+/// assert!(err.to_string().contains(r#"endpoints."x".retry.max_attempts"#));
+/// # Ok::<(), stormguard::policy::PolicyError>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PolicyFile {
+    endpoints: BTreeMap<String, EndpointPolicy>,
+}
+
+impl PolicyFile {
+    /// A file of these policies (validate each first).
+    pub fn new(endpoints: BTreeMap<String, EndpointPolicy>) -> Self {
+        PolicyFile { endpoints }
+    }
+
+    /// Parses and validates a TOML policy file.
+    pub fn from_toml(text: &str) -> Result<Self, PolicyError> {
+        let raw: file::RawFile =
+            toml::from_str(text).map_err(|e| PolicyError::Syntax(e.to_string()))?;
+        raw.into_file()
+    }
+
+    /// Parses and validates a JSON policy file.
+    pub fn from_json(text: &str) -> Result<Self, PolicyError> {
+        let raw: file::RawFile =
+            serde_json::from_str(text).map_err(|e| PolicyError::Syntax(e.to_string()))?;
+        raw.into_file()
+    }
+
+    /// The file as TOML, in the shape [`PolicyFile::from_toml`] reads back.
+    pub fn to_toml(&self) -> String {
+        // Every value here has a TOML form (no maps with non-string keys, no bare None).
+        toml::to_string(&file::RawFile::from(self)).unwrap_or_default()
+    }
+
+    /// The file as JSON, in the shape [`PolicyFile::from_json`] reads back.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(&file::RawFile::from(self)).unwrap_or_default()
+    }
+
+    /// One endpoint's policy.
+    pub fn endpoint(&self, name: &str) -> Option<&EndpointPolicy> {
+        self.endpoints.get(name)
+    }
+
+    /// Every endpoint's policy, by name.
+    pub fn endpoints(&self) -> &BTreeMap<String, EndpointPolicy> {
+        &self.endpoints
+    }
+
+    /// The policies, by value.
+    pub fn into_endpoints(self) -> BTreeMap<String, EndpointPolicy> {
+        self.endpoints
+    }
+}
+
+/// A policy that could not be used: where, and which rule.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// The text is not valid TOML/JSON for this shape (unknown field, wrong type, a
+    /// malformed duration, …); the message names the key and position.
+    #[error("cannot parse policy file: {0}")]
+    Syntax(String),
+    /// A value breaks a rule.
+    #[error("{field}: {rule}")]
+    Invalid {
+        /// The path of the field, e.g. `endpoints."POST /pay".retry.max_attempts`.
+        field: String,
+        /// The rule broken.
+        rule: String,
+    },
+}
+
+/// A dotted path to a field, for error messages.
+#[derive(Clone, Debug)]
+pub(crate) struct FieldPath(String);
+
+impl FieldPath {
+    fn root(name: &str) -> Self {
+        FieldPath(name.to_owned())
+    }
+
+    fn endpoint(name: &str) -> Self {
+        FieldPath(format!("endpoints.{name:?}"))
+    }
+
+    fn field(&self, name: &str) -> FieldPath {
+        if self.0.is_empty() {
+            FieldPath(name.to_owned())
+        } else {
+            FieldPath(format!("{}.{name}", self.0))
+        }
+    }
+
+    fn invalid(&self, rule: impl fmt::Display) -> PolicyError {
+        PolicyError::Invalid {
+            field: self.0.clone(),
+            rule: rule.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
