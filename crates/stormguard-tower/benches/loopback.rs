@@ -40,13 +40,15 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::sync::Arc;
-use stormguard::budget::TokenBucket;
+use stormguard::breaker::BreakerConfig;
 use stormguard::clock::Clock;
 use stormguard::deadline::{self, Deadline, Reserve};
+use stormguard::health::HealthConfig;
+use stormguard::policy::{BudgetSpec, EndpointPolicy, Propagation};
 use stormguard::retry::RetryPolicy;
-use stormguard_tower::retry::{RequestBody, RetryLayer};
-use stormguard_tower::{DeadlineLayer, PropagateDeadlineLayer};
+use stormguard_tower::DeadlineLayer;
+use stormguard_tower::body::ReplayBody;
+use stormguard_tower::client::ClientLayer;
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -60,9 +62,11 @@ type ClientSvc = BoxCloneService<ClientRequest, StatusCode, BoxError>;
 type ServerSvc = BoxCloneService<Request<Incoming>, Response<axum::body::Body>, BoxError>;
 
 // ==========================================================================================
-// THE STACKS UNDER TEST: the server behind DeadlineLayer; the client with RetryLayer over
-// PropagateDeadlineLayer, each request under a 1 s deadline (so every attempt writes
-// `grpc-timeout`, and the server reads it and runs the handler under it).
+// THE STACKS UNDER TEST: the server behind DeadlineLayer; the client behind the one client
+// stack (3 attempts, 500 ms per try, a gRPC token bucket, a circuit breaker, 10 % hop
+// reserve), each request under a 1 s caller deadline: every attempt writes its deadline,
+// min(per-try, left) − reserve, in `grpc-timeout`, and the server reads it and runs the
+// handler under it.
 // ==========================================================================================
 
 /// The server stack of the "layers" variant.
@@ -85,29 +89,35 @@ fn layered_client_deadline_only(connector: HttpConnector, connections: usize) ->
     client_stack(connector, connections, None)
 }
 
-/// RetryLayer over PropagateDeadlineLayer over hyper's pool, each request under a 1 s deadline.
+/// The one client stack over hyper's pool, each request under a 1 s caller deadline.
 fn client_stack(
     connector: HttpConnector,
     connections: usize,
     per_try: Option<Duration>,
 ) -> ClientSvc {
-    let pool: Client<HttpConnector, RequestBody<Empty<Bytes>>> =
+    let pool: Client<HttpConnector, ReplayBody<Empty<Bytes>>> =
         Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(connections)
             .build(connector);
-    let mut policy = RetryPolicy::new(3);
+    let mut retry = RetryPolicy::new(3);
     if let Some(per_try) = per_try {
-        policy = policy.with_per_try_timeout(per_try);
+        retry = retry.with_per_try_timeout(per_try);
     }
-    let policy = policy.validate().expect("valid policy");
-    let budget = Arc::new(TokenBucket::grpc(100, 0.1).expect("valid budget"));
-    let propagate = PropagateDeadlineLayer::new()
-        .with_reserve(Reserve::fraction(0.1).expect("valid reserve"))
-        .validate()
-        .expect("valid propagate layer");
+    let policy = EndpointPolicy::new(retry)
+        .with_budget(BudgetSpec::Grpc {
+            max_tokens: 100,
+            token_ratio: 0.1,
+        })
+        .with_breaker(BreakerConfig::new(HealthConfig::time(
+            Duration::from_secs(10),
+            10,
+        )))
+        .with_propagation(Propagation {
+            reserve: Reserve::fraction(0.1).expect("valid reserve"),
+            ..Propagation::default()
+        });
     let stack = ServiceBuilder::new()
-        .layer(RetryLayer::builder(policy).with_budget(budget).build())
-        .layer(propagate)
+        .layer(ClientLayer::new(policy).expect("valid policy"))
         .service(pool);
     client_service(stack.map_future(|attempts| {
         deadline::scope(

@@ -21,7 +21,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use stormguard::retry::RetryPolicy;
-use stormguard_tower::retry::{RequestBody, RetryLayer};
+use stormguard_tower::body::ReplayBody;
+use stormguard_tower::retry::RetryLayer;
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 /// Polls `fut` once; everything benchmarked here is ready immediately.
@@ -92,11 +93,11 @@ where
 
 fn success_path(c: &mut Criterion) {
     bench(c, "success_path/bare", downstream::<Full<Bytes>>());
-    let layer = RetryLayer::new(RetryPolicy::new(3));
+    let layer = RetryLayer::new(RetryPolicy::new(3)).expect("valid policy");
     bench(
         c,
         "success_path/stormguard_retry_layer",
-        layer.layer(downstream::<RequestBody<Full<Bytes>>>()),
+        layer.layer(downstream::<ReplayBody<Full<Bytes>>>()),
     );
     bench(
         c,

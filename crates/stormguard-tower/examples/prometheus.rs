@@ -1,9 +1,9 @@
-//! The retry layer's metrics in the Prometheus text format.
+//! The client stack's metrics in the Prometheus text format.
 //!
 //! An axum app with three routes: `GET /inventory` is a flaky downstream (two calls of
-//! three answer 503); `GET /order` calls it through a hyper client behind a [`RetryLayer`]
-//! (3 attempts, a gRPC-style token bucket); `GET /metrics` renders what the layer recorded
-//! with `metrics-exporter-prometheus`.
+//! three answer 503); `GET /order` calls it through a hyper client behind the one client
+//! stack ([`ClientLayer`]: 3 attempts, a gRPC-style token bucket, a breaker); `GET /metrics`
+//! renders what the stack recorded with `metrics-exporter-prometheus`.
 //!
 //! ```sh
 //! # serve on 127.0.0.1:3000 (then: curl localhost:3000/order; curl localhost:3000/metrics)
@@ -31,14 +31,18 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use stormguard::backoff::Backoff;
-use stormguard::budget::TokenBucket;
+use stormguard::breaker::BreakerConfig;
+use stormguard::health::HealthConfig;
+use stormguard::policy::{BudgetSpec, EndpointPolicy};
 use stormguard::retry::RetryPolicy;
+use stormguard_tower::body::ReplayBody;
+use stormguard_tower::client::ClientLayer;
 use stormguard_tower::metric_names::{ATTEMPT_DURATION, RETRY_DELAY};
 use stormguard_tower::observe::describe_metrics;
-use stormguard_tower::retry::{RequestBody, Retry, RetryLayer};
 use tower::{Layer, ServiceExt};
 
-type RetryingClient = Retry<Client<HttpConnector, RequestBody<Full<Bytes>>>>;
+type RetryingClient =
+    stormguard_tower::client::Client<Client<HttpConnector, ReplayBody<Full<Bytes>>>>;
 
 #[derive(Clone)]
 struct App {
@@ -57,7 +61,7 @@ async fn inventory(State(app): State<App>) -> StatusCode {
     }
 }
 
-/// Calls the inventory through the retry layer and answers with its status.
+/// Calls the inventory through the client stack and answers with its status.
 async fn order(State(app): State<App>) -> StatusCode {
     let request = match http::Request::get(&app.inventory).body(Full::new(Bytes::new())) {
         Ok(request) => request,
@@ -88,13 +92,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
     let addr = listener.local_addr()?;
 
-    let policy = RetryPolicy::new(3)
-        .with_backoff(Backoff::exponential(Duration::from_millis(5)))
-        .with_per_try_timeout(Duration::from_millis(500))
-        .validate()?;
-    let layer = RetryLayer::builder(policy)
-        .with_budget(Arc::new(TokenBucket::grpc(10, 0.1)?))
-        .build();
+    // The one client stack for the inventory dependency: retries with a budget, a breaker,
+    // the per-try deadline on the wire.
+    let policy = EndpointPolicy::new(
+        RetryPolicy::new(3)
+            .with_backoff(Backoff::exponential(Duration::from_millis(5)))
+            .with_per_try_timeout(Duration::from_millis(500)),
+    )
+    .with_budget(BudgetSpec::Grpc {
+        max_tokens: 10,
+        token_ratio: 0.1,
+    })
+    .with_breaker(BreakerConfig::new(HealthConfig::count(50)).with_minimum_throughput(20));
+    let layer = ClientLayer::named("inventory", policy)?;
     let app = App {
         client: layer.layer(Client::builder(TokioExecutor::new()).build_http()),
         inventory: format!("http://{addr}/inventory"),

@@ -20,7 +20,9 @@
 //! same retry rules, and [`observe`] (features `tracing`, `metrics`, `json-log`) makes every
 //! attempt visible, with the metric names in [`metric_names`].
 
+pub mod body;
 pub mod breaker;
+pub mod client;
 pub mod deadline;
 pub mod fault;
 pub mod hedge;

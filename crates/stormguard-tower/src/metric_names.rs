@@ -1,29 +1,45 @@
-//! Every metric the layers emit, named in one place.
+//! Every metric this crate emits, named in one place.
 //!
 //! The names follow Prometheus conventions (`_total` for counters, base units in the name).
-//! Layers emit them through the [`metrics`](https://docs.rs/metrics) facade when the
-//! `metrics` feature is on, so any recorder (the Prometheus exporter, a test recorder) sees
-//! them; with the feature off nothing is emitted and nothing is compiled in.
+//! The client stack and the layers emit them through the [`metrics`](https://docs.rs/metrics)
+//! facade when the `metrics` feature is on, so any recorder (the Prometheus exporter, a test
+//! recorder) sees them; with the feature off nothing is emitted and nothing is compiled in.
+//! Every client metric carries the `endpoint` label: the policy endpoint a call was routed to.
 //!
 //! | name | kind | labels | counts |
 //! | --- | --- | --- | --- |
-//! | [`REQUESTS`] | counter | `outcome` | logical requests, by how they ended ([`StopReason::label`](stormguard::retry::StopReason::label)) |
-//! | [`ATTEMPTS`] | counter | — | attempts sent, the first included |
-//! | [`RETRIES`] | counter | `reason` | retries sent, by [`RetryReason::label`](stormguard::retry::RetryReason::label) |
-//! | [`BUDGET_REFUSALS`] | counter | — | retries the budget refused |
+//! | [`REQUESTS`] | counter | `endpoint`, `outcome` | logical requests, by how they ended ([`StopReason::label`](stormguard::retry::StopReason::label)) |
+//! | [`ATTEMPTS`] | counter | `endpoint` | attempts sent, the first included |
+//! | [`RETRIES`] | counter | `endpoint`, `reason` | retries sent, by [`RetryReason::label`](stormguard::retry::RetryReason::label) |
+//! | [`REFUSALS`] | counter | `endpoint`, `by` | calls or retries not sent: `budget`, `circuit_open`, `throttled`, `deadline_too_close` |
+//! | [`BUDGET_REFUSALS`] | counter | `endpoint` | retries and hedges the retry budget refused |
+//! | [`BREAKER_STATE`] | gauge | `endpoint` | 0 closed, 1 open, 2 half-open, 3 isolated |
+//! | [`BREAKER_TRANSITIONS`] | counter | `endpoint`, `to` | breaker state changes, by the state entered |
+//! | [`HEDGES`] | counter | `endpoint`, `event` | hedged attempts `sent`, `won` and `cancelled` |
+//! | [`FALLBACKS`] | counter | `endpoint`, `reason` | calls answered from the fallback |
 //! | [`DEADLINE_DROPS`] | counter | `side` | requests not run or not sent because their deadline could not be met (`server` or `client`) |
 //! | [`DEADLINE_HEADER_ERRORS`] | counter | `header` | malformed incoming deadline headers |
-//! | [`ATTEMPT_DURATION`] | histogram | — | seconds per attempt |
-//! | [`RETRY_DELAY`] | histogram | — | seconds waited before each retry |
+//! | [`ATTEMPT_DURATION`] | histogram | `endpoint` | seconds per attempt |
+//! | [`RETRY_DELAY`] | histogram | `endpoint` | seconds waited before each retry |
 
-/// Counter of logical requests, labelled `outcome`.
+/// Counter of logical requests, labelled `endpoint` and `outcome`.
 pub const REQUESTS: &str = "stormguard_requests_total";
 /// Counter of attempts sent, the first included.
 pub const ATTEMPTS: &str = "stormguard_attempts_total";
 /// Counter of retries sent, labelled `reason`.
 pub const RETRIES: &str = "stormguard_retries_total";
-/// Counter of retries refused by the retry budget.
+/// Counter of calls and retries not sent, labelled `by`.
+pub const REFUSALS: &str = "stormguard_refusals_total";
+/// Counter of retries and hedges refused by the retry budget.
 pub const BUDGET_REFUSALS: &str = "stormguard_budget_refusals_total";
+/// Gauge of the breaker's state: 0 closed, 1 open, 2 half-open, 3 isolated.
+pub const BREAKER_STATE: &str = "stormguard_breaker_state";
+/// Counter of breaker state changes, labelled `to`.
+pub const BREAKER_TRANSITIONS: &str = "stormguard_breaker_transitions_total";
+/// Counter of hedged attempts, labelled `event` (`sent`, `won`, `cancelled`).
+pub const HEDGES: &str = "stormguard_hedges_total";
+/// Counter of calls answered from the fallback, labelled `reason`.
+pub const FALLBACKS: &str = "stormguard_fallbacks_total";
 /// Counter of requests dropped for their deadline, labelled `side` (`server` or `client`).
 pub const DEADLINE_DROPS: &str = "stormguard_deadline_drops_total";
 /// Counter of malformed incoming deadline headers, labelled `header`.

@@ -14,7 +14,8 @@ use http::{Request, StatusCode};
 use http_body::Frame;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, StreamBody};
-use stormguard_tower::retry::{BoxError, RetryLayer};
+use stormguard_tower::retry::RetryLayer;
+use stormguard_tower::wire::BoxError;
 use stormguard_tower::wire::is_exhausted;
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -65,8 +66,8 @@ async fn a_small_body_is_replayed_identically() {
     let bodies = Arc::new(Mutex::new(Vec::new()));
     let addr = upload_server(bodies.clone(), 2).await;
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(support::quick(3)))
-        .service(support::client::<stormguard_tower::retry::RequestBody<Body>>());
+        .layer(RetryLayer::new(support::quick(3)).expect("valid policy"))
+        .service(support::client::<stormguard_tower::body::ReplayBody<Body>>());
     let response = client
         .oneshot(keyed_post(addr, streamed(4, 8)))
         .await
@@ -85,10 +86,11 @@ async fn a_body_over_the_limit_is_sent_once_and_not_retried() {
     let addr = upload_server(bodies.clone(), 2).await;
     let layer = RetryLayer::builder(support::quick(3))
         .with_body_limit(64)
-        .build();
+        .build()
+        .expect("valid policy");
     let client = ServiceBuilder::new()
         .layer(layer)
-        .service(support::client::<stormguard_tower::retry::RequestBody<Body>>());
+        .service(support::client::<stormguard_tower::body::ReplayBody<Body>>());
     // Streamed (the layer reads past the limit, then sends what it read and the rest) …
     let response = client
         .clone()

@@ -101,7 +101,7 @@ impl Chain {
 
 #[tokio::test]
 async fn the_bottom_sees_one_layers_attempts_not_the_product() {
-    let layers = [(); 3].map(|_| RetryLayer::new(support::quick(3)));
+    let layers = [(); 3].map(|_| RetryLayer::new(support::quick(3)).expect("valid policy"));
     let chain = Chain::new(layers, true).await;
     let response = chain.call().await;
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -115,7 +115,7 @@ async fn the_bottom_sees_one_layers_attempts_not_the_product() {
 
 #[tokio::test]
 async fn without_forwarding_the_mark_every_layer_multiplies() {
-    let layers = [(); 3].map(|_| RetryLayer::new(support::quick(3)));
+    let layers = [(); 3].map(|_| RetryLayer::new(support::quick(3)).expect("valid policy"));
     let chain = Chain::new(layers, false).await;
     let response = chain.call().await;
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -131,6 +131,7 @@ async fn a_budget_bounds_the_bottom_further() {
         RetryLayer::builder(support::quick(3))
             .with_budget(bucket.clone() as Arc<dyn RetryBudget>)
             .build()
+            .expect("valid policy")
     });
     let chain = Chain::new(layers, true).await;
     for _ in 0..5 {

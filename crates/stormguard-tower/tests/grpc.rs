@@ -16,7 +16,8 @@ use http_body::Frame;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use stormguard_tower::retry::{RequestBody, RetryLayer};
+use stormguard_tower::body::ReplayBody;
+use stormguard_tower::retry::RetryLayer;
 use stormguard_tower::wire::is_exhausted;
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
@@ -128,7 +129,8 @@ async fn grpc_statuses_over_http2() {
     let addr = grpc_server(seen.clone()).await;
     let layer = RetryLayer::builder(support::quick(3))
         .with_grpc_response_limit(256)
-        .build();
+        .build()
+        .expect("valid policy");
     let client = ServiceBuilder::new()
         .layer(layer)
         .service(support::h2_client());
@@ -170,14 +172,15 @@ async fn grpc_statuses_over_http2() {
 async fn configured_codes_are_retried_until_exhausted_and_marked() {
     let addr = grpc_server(Seen::default()).await;
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(support::quick(3)))
+        .layer(RetryLayer::new(support::quick(3)).expect("valid policy"))
         .service(support::h2_client());
     // Unknown methods answer UNIMPLEMENTED; with UNIMPLEMENTED retryable, three attempts.
     let layer = RetryLayer::builder(support::quick(3))
         .with_grpc_codes(stormguard::classify::GrpcCodeSet::of(&[
             stormguard::classify::GrpcCode::Unimplemented,
         ]))
-        .build();
+        .build()
+        .expect("valid policy");
     let retrying = ServiceBuilder::new()
         .layer(layer)
         .service(support::h2_client());
@@ -205,13 +208,13 @@ fn pushing_back(
     calls: Calls,
     first: Response<Body>,
 ) -> impl tower::Service<
-    Request<RequestBody<Full<Bytes>>>,
+    Request<ReplayBody<Full<Bytes>>>,
     Response = Response<Body>,
     Error = Infallible,
     Future = Answer,
 > + Clone {
     let first = Arc::new(Mutex::new(Some(first)));
-    service_fn(move |req: Request<RequestBody<Full<Bytes>>>| {
+    service_fn(move |req: Request<ReplayBody<Full<Bytes>>>| {
         let previous = req
             .headers()
             .get("grpc-previous-rpc-attempts")
@@ -238,7 +241,7 @@ async fn pushback_is_honoured() {
     let calls = Calls::default();
     let first = unary(b"", 14, &[("grpc-retry-pushback-ms", "3000")]);
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(support::quick(3)))
+        .layer(RetryLayer::new(support::quick(3)).expect("valid policy"))
         .service(pushing_back(calls.clone(), first));
     let response = client.oneshot(local_request()).await.unwrap();
     assert_eq!(read(response).await.1["grpc-status"], "0");
@@ -253,7 +256,7 @@ async fn negative_pushback_means_do_not_retry() {
     let calls = Calls::default();
     let first = trailers_only(14, &[("grpc-retry-pushback-ms", "-1")]);
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(support::quick(3)))
+        .layer(RetryLayer::new(support::quick(3)).expect("valid policy"))
         .service(pushing_back(calls.clone(), first));
     let response = client.oneshot(local_request()).await.unwrap();
     assert_eq!(response.headers()["grpc-status"], "14");
@@ -269,7 +272,7 @@ async fn an_http_failure_without_grpc_status_maps_to_unavailable() {
         .body(Full::default().boxed())
         .unwrap();
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(support::quick(3)))
+        .layer(RetryLayer::new(support::quick(3)).expect("valid policy"))
         .service(pushing_back(calls.clone(), first));
     let response = client.oneshot(local_request()).await.unwrap();
     assert_eq!(read(response).await.1["grpc-status"], "0");

@@ -14,7 +14,8 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Full;
 use stormguard::clock::Clock;
 use stormguard::deadline::{self, Deadline};
-use stormguard_tower::retry::{RequestBody, RetryLayer};
+use stormguard_tower::body::ReplayBody;
+use stormguard_tower::retry::RetryLayer;
 use stormguard_tower::wire::is_exhausted;
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
@@ -55,7 +56,7 @@ async fn context_headers_reach_every_attempt_with_its_number() {
     );
     let addr = support::serve(app).await;
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(support::quick(3)))
+        .layer(RetryLayer::new(support::quick(3)).expect("valid policy"))
         .service(support::client());
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let request = Request::get(format!("http://{addr}/orders/7"))
@@ -89,13 +90,13 @@ fn downstream(
     calls: Calls,
     first: Response<Full<Bytes>>,
 ) -> impl tower::Service<
-    Request<RequestBody<Full<Bytes>>>,
+    Request<ReplayBody<Full<Bytes>>>,
     Response = Response<Full<Bytes>>,
     Error = Infallible,
     Future = Answer,
 > + Clone {
     let first = Arc::new(Mutex::new(Some(first)));
-    service_fn(move |_req: Request<RequestBody<Full<Bytes>>>| {
+    service_fn(move |_req: Request<ReplayBody<Full<Bytes>>>| {
         calls.lock().unwrap().push(Instant::now());
         let response = first
             .lock()
@@ -128,7 +129,7 @@ async fn retry_after_is_honoured() {
     ] {
         let calls = Calls::default();
         let client = ServiceBuilder::new()
-            .layer(RetryLayer::new(support::quick(3)))
+            .layer(RetryLayer::new(support::quick(3)).expect("valid policy"))
             .service(downstream(
                 calls.clone(),
                 answer(status, &seconds.to_string()),
@@ -150,7 +151,7 @@ async fn retry_after_is_honoured() {
 async fn a_retry_after_past_the_deadline_stops_and_marks() {
     let calls = Calls::default();
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(support::quick(3)))
+        .layer(RetryLayer::new(support::quick(3)).expect("valid policy"))
         .service(downstream(
             calls.clone(),
             answer(StatusCode::SERVICE_UNAVAILABLE, "5"),

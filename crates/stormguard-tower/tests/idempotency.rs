@@ -12,7 +12,8 @@ use axum::Router;
 use axum::routing::post;
 use http::{HeaderMap, Method, Request, StatusCode};
 use stormguard::retry::{RetryPolicy, StopReason};
-use stormguard_tower::retry::{Error, RetryLayer};
+use stormguard_tower::client::Error;
+use stormguard_tower::retry::RetryLayer;
 use tokio::io::AsyncReadExt;
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -59,7 +60,7 @@ async fn a_post_without_a_key_is_not_retried_after_a_timeout() {
     let seen = Seen::default();
     let addr = payment_server(seen.clone(), usize::MAX).await;
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(timed_policy()))
+        .layer(RetryLayer::new(timed_policy()).expect("valid policy"))
         .service(support::client());
     let request = Request::post(format!("http://{addr}/pay"))
         .body(support::full("amount=42"))
@@ -77,7 +78,7 @@ async fn a_post_with_a_key_is_retried_with_the_same_key() {
     let seen = Seen::default();
     let addr = payment_server(seen.clone(), 2).await;
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(timed_policy()))
+        .layer(RetryLayer::new(timed_policy()).expect("valid policy"))
         .service(support::client());
     let request = Request::post(format!("http://{addr}/pay"))
         .header("idempotency-key", "\"pay-8812\"")
@@ -104,7 +105,7 @@ async fn a_refused_connection_is_retried_for_any_method() {
         listener.local_addr().unwrap()
     };
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(support::quick(3)))
+        .layer(RetryLayer::new(support::quick(3)).expect("valid policy"))
         .service(support::client());
     let request = Request::post(format!("http://{addr}/pay"))
         .body(support::full("amount=42"))
@@ -147,7 +148,7 @@ async fn resetting_server() -> (SocketAddr, Arc<Mutex<u32>>) {
 async fn send_to_resetting_server(method: Method) -> (Error, u32) {
     let (addr, count) = resetting_server().await;
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(support::quick(3)))
+        .layer(RetryLayer::new(support::quick(3)).expect("valid policy"))
         .service(support::client());
     let request = Request::builder()
         .method(method)

@@ -15,9 +15,10 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use stormguard::backoff::{Backoff, Jitter};
 use stormguard::budget::TokenBucket;
 use stormguard::retry::RetryPolicy;
+use stormguard_tower::body::ReplayBody;
 use stormguard_tower::metric_names as names;
 use stormguard_tower::observe::SPAN_NAME;
-use stormguard_tower::retry::{RequestBody, RetryLayer};
+use stormguard_tower::retry::RetryLayer;
 use stormguard_tower::wire::is_exhausted;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 use tracing::field::{Field, Visit};
@@ -141,9 +142,12 @@ fn metrics(snapshotter: &Snapshotter) -> BTreeMap<(String, Vec<String>), DebugVa
 }
 
 fn counter(m: &BTreeMap<(String, Vec<String>), DebugValue>, name: &str, labels: &[&str]) -> u64 {
+    // Every client metric is labelled with its endpoint first.
     let key = (
         name.to_owned(),
-        labels.iter().map(|l| (*l).to_owned()).collect(),
+        std::iter::once("endpoint=default".to_owned())
+            .chain(labels.iter().map(|l| (*l).to_owned()))
+            .collect(),
     );
     match m.get(&key) {
         Some(DebugValue::Counter(n)) => *n,
@@ -152,7 +156,7 @@ fn counter(m: &BTreeMap<(String, Vec<String>), DebugValue>, name: &str, labels: 
 }
 
 fn histogram(m: &BTreeMap<(String, Vec<String>), DebugValue>, name: &str) -> Vec<f64> {
-    match m.get(&(name.to_owned(), vec![])) {
+    match m.get(&(name.to_owned(), vec!["endpoint=default".to_owned()])) {
         Some(DebugValue::Histogram(values)) => values.iter().map(|v| v.0).collect(),
         other => panic!("{name}: {other:?}"),
     }
@@ -164,13 +168,13 @@ type Answer = Result<Response<Full<Bytes>>, Infallible>;
 fn downstream(
     statuses: &'static [StatusCode],
 ) -> impl tower::Service<
-    Request<RequestBody<Full<Bytes>>>,
+    Request<ReplayBody<Full<Bytes>>>,
     Response = Response<Full<Bytes>>,
     Error = Infallible,
     Future = impl Future<Output = Answer> + Send,
 > + Clone {
     let calls = Arc::new(AtomicU32::new(0));
-    service_fn(move |_req: Request<RequestBody<Full<Bytes>>>| {
+    service_fn(move |_req: Request<ReplayBody<Full<Bytes>>>| {
         let n = calls.fetch_add(1, Ordering::Relaxed) as usize;
         let status = statuses[n.min(statuses.len() - 1)];
         async move {
@@ -203,7 +207,7 @@ async fn two_retries_show_as_three_attempts() {
         StatusCode::OK,
     ];
     let client = ServiceBuilder::new()
-        .layer(RetryLayer::new(policy(3)))
+        .layer(RetryLayer::new(policy(3)).expect("valid policy"))
         .service(downstream(STATUSES));
     let response = client.oneshot(request()).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
@@ -261,7 +265,8 @@ async fn a_budget_refusal_is_counted() {
     // Two tokens: the first failure leaves one, not more than half, so no retry.
     let layer = RetryLayer::builder(policy(3))
         .with_budget(Arc::new(TokenBucket::grpc(2, 0.1).unwrap()))
-        .build();
+        .build()
+        .expect("valid policy");
     let client = ServiceBuilder::new()
         .layer(layer)
         .service(downstream(STATUSES));
@@ -283,7 +288,8 @@ async fn timeouts_are_logged_with_their_error_type() {
     let collected = collect();
     const STATUSES: &[StatusCode] = &[StatusCode::OK];
     // Each attempt takes 10 ms; the per-try timeout is 5 ms.
-    let layer = RetryLayer::new(policy(3).with_per_try_timeout(Duration::from_millis(5)));
+    let layer = RetryLayer::new(policy(3).with_per_try_timeout(Duration::from_millis(5)))
+        .expect("valid policy");
     let client = ServiceBuilder::new()
         .layer(layer)
         .service(downstream(STATUSES));

@@ -8,10 +8,9 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
-use stormguard::clock::Clock;
 use stormguard::policy::PolicyFile;
-use stormguard::retry::RetryPolicy;
-use stormguard_tower::retry::{RequestBody, RetryLayer, Routes};
+use stormguard_tower::body::ReplayBody;
+use stormguard_tower::retry::RetryLayer;
 use stormguard_tower::wire::is_exhausted;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 
@@ -38,14 +37,10 @@ const POLICIES: &str = r#"
 #[tokio::test(start_paused = true)]
 async fn each_route_gets_its_policy() {
     let file = PolicyFile::from_toml(POLICIES).unwrap();
-    let routes = Routes::from_policy_file(&file, Clock::tokio()).unwrap();
-    // The builder's own policy is replaced by the file's default.
-    let layer = RetryLayer::builder(RetryPolicy::new(9))
-        .with_routes(routes)
-        .build();
+    let layer = RetryLayer::routed(&file).build().expect("valid policies");
     let calls: Arc<Mutex<BTreeMap<String, u32>>> = Arc::default();
     let seen = calls.clone();
-    let downstream = service_fn(move |req: Request<RequestBody<Full<Bytes>>>| {
+    let downstream = service_fn(move |req: Request<ReplayBody<Full<Bytes>>>| {
         *seen
             .lock()
             .unwrap()

@@ -249,6 +249,30 @@ impl<A: AttemptPass, B: AttemptPass> AttemptPass for (A, B) {
     }
 }
 
+impl<G: AttemptGate> AttemptGate for Option<G> {
+    type Pass<'a>
+        = Option<G::Pass<'a>>
+    where
+        Self: 'a;
+
+    #[inline]
+    fn admit(&self) -> Result<Self::Pass<'_>, Refusal> {
+        match self {
+            Some(gate) => gate.admit().map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+impl<P: AttemptPass> AttemptPass for Option<P> {
+    #[inline]
+    fn finish(self, outcome: Outcome) {
+        if let Some(pass) = self {
+            pass.finish(outcome);
+        }
+    }
+}
+
 impl<G: AttemptGate + ?Sized> AttemptGate for &G {
     type Pass<'a>
         = G::Pass<'a>

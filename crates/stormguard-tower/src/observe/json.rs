@@ -1,21 +1,49 @@
-//! One structured log event per attempt (feature `json-log`).
+//! Structured log events (feature `json-log`).
 
-use super::active::{AttemptEnd, CallInfo};
+use stormguard::admission::Refusal;
+use stormguard::breaker::StateChange;
 
-/// Emits the attempt's log event; `tracing_subscriber`'s JSON formatter prints it as one
-/// line.
-pub(super) fn attempt_ended(info: &CallInfo, attempt: u32, end: &AttemptEnd<'_>) {
-    let elapsed_ms = u64::try_from(end.elapsed.as_millis()).unwrap_or(u64::MAX);
+use super::{AttemptEnd, CallInfo, TARGET};
+
+/// One event per attempt; `tracing_subscriber`'s JSON formatter prints it as one line.
+pub(super) fn attempt_ended(call: &CallInfo<'_>, attempt: &AttemptEnd) {
+    let elapsed_ms = u64::try_from(attempt.elapsed.as_millis()).unwrap_or(u64::MAX);
     tracing::info!(
-        target: "stormguard::retry",
-        request_id = info.request_id(),
-        http.request.method = %info.method,
-        retry_count = attempt.saturating_sub(1),
+        target: TARGET,
+        request_id = call.request_id,
+        endpoint = call.endpoint,
+        http.request.method = %call.method,
+        retry_count = attempt.number.saturating_sub(1),
         elapsed_ms,
-        status_code = end.details.status.map(|s| s.as_u16()),
-        grpc_status = end.details.grpc.map(|c| c as u8),
-        error_type = end.details.error_type,
-        outcome = end.ended.outcome.label(),
+        status_code = attempt.status.map(|s| s.as_u16()),
+        grpc_status = attempt.grpc_status.map(|c| c as u8),
+        error_type = attempt.error_type,
+        outcome = attempt.outcome.label(),
         "attempt finished"
+    );
+}
+
+/// One event per refusal.
+pub(super) fn refused(call: &CallInfo<'_>, refusal: &Refusal) {
+    tracing::warn!(
+        target: TARGET,
+        request_id = call.request_id,
+        endpoint = call.endpoint,
+        http.request.method = %call.method,
+        refused_by = refusal.label(),
+        reason = %refusal,
+        "call refused"
+    );
+}
+
+/// One event per breaker transition.
+pub(super) fn breaker_changed(endpoint: &str, change: &StateChange) {
+    tracing::warn!(
+        target: TARGET,
+        endpoint,
+        from = ?change.from,
+        to = ?change.to,
+        cause = ?change.cause,
+        "breaker state changed"
     );
 }

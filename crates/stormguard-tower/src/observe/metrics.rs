@@ -1,119 +1,120 @@
-//! Counters and histograms through the `metrics` facade (feature `metrics`).
+//! Counters, gauges and histograms through the `metrics` facade (feature `metrics`).
 
-use std::time::Duration;
+use metrics::{
+    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
+use stormguard::breaker::{BreakerState, StateChange};
 
-use metrics::{Counter, Unit, counter, describe_counter, describe_histogram, histogram};
-use stormguard::retry::{RetryReason, StopReason};
-
-use super::active::AttemptEnd;
+use super::{AttemptEnd, AttemptStart, CallEnd, CallInfo, FallbackReason, HedgeEvent};
 use crate::metric_names::{
-    ATTEMPT_DURATION, ATTEMPTS, BUDGET_REFUSALS, REQUESTS, RETRIES, RETRY_DELAY,
+    ATTEMPT_DURATION, ATTEMPTS, BREAKER_STATE, BREAKER_TRANSITIONS, BUDGET_REFUSALS,
+    DEADLINE_DROPS, DEADLINE_HEADER_ERRORS, FALLBACKS, HEDGES, REFUSALS, REQUESTS, RETRIES,
+    RETRY_DELAY,
 };
 
-/// Registers units and help texts for the retry layer's metrics with the installed
-/// recorder. Call it once after installing the recorder (an exporter then prints `# HELP`
-/// lines); the metrics are recorded whether or not it is called.
+/// Registers units and help texts for this crate's metrics with the installed recorder. Call
+/// it once after installing the recorder (an exporter then prints `# HELP` lines); the
+/// metrics are recorded whether or not it is called.
 pub fn describe_metrics() {
     describe_counter!(
         REQUESTS,
         Unit::Count,
-        "Logical requests through the retry layer, by how they ended (outcome)."
+        "Logical requests through the client stack, by endpoint and how they ended (outcome)."
     );
     describe_counter!(ATTEMPTS, Unit::Count, "Attempts sent, the first included.");
     describe_counter!(RETRIES, Unit::Count, "Retries sent, by reason.");
     describe_counter!(
+        REFUSALS,
+        Unit::Count,
+        "Calls or retries not sent, by who refused (budget, circuit_open, throttled, deadline_too_close)."
+    );
+    describe_counter!(
         BUDGET_REFUSALS,
         Unit::Count,
-        "Retries the retry budget refused."
+        "Retries and hedges the retry budget refused."
+    );
+    describe_gauge!(
+        BREAKER_STATE,
+        Unit::Count,
+        "Circuit breaker state: 0 closed, 1 open, 2 half-open, 3 isolated."
+    );
+    describe_counter!(
+        BREAKER_TRANSITIONS,
+        Unit::Count,
+        "Circuit breaker state changes, by the state entered."
+    );
+    describe_counter!(
+        HEDGES,
+        Unit::Count,
+        "Hedged attempts sent, won and cancelled."
+    );
+    describe_counter!(
+        FALLBACKS,
+        Unit::Count,
+        "Calls answered from the fallback, by reason."
+    );
+    describe_counter!(
+        DEADLINE_DROPS,
+        Unit::Count,
+        "Requests not run (server) or not sent (client) because their deadline could not be met."
+    );
+    describe_counter!(
+        DEADLINE_HEADER_ERRORS,
+        Unit::Count,
+        "Malformed incoming deadline headers, by header."
     );
     describe_histogram!(ATTEMPT_DURATION, Unit::Seconds, "Duration of each attempt.");
     describe_histogram!(RETRY_DELAY, Unit::Seconds, "Wait before each retry.");
 }
 
-pub(super) fn attempt_started(retry: Option<(RetryReason, Duration)>) {
-    counter!(ATTEMPTS).increment(1);
-    if let Some((reason, delay)) = retry {
-        retries(reason).increment(1);
-        histogram!(RETRY_DELAY).record(delay.as_secs_f64());
+fn endpoint(call: &CallInfo<'_>) -> String {
+    call.endpoint.to_owned()
+}
+
+pub(super) fn attempt_started(call: &CallInfo<'_>, attempt: &AttemptStart) {
+    counter!(ATTEMPTS, "endpoint" => endpoint(call)).increment(1);
+    if let Some((reason, delay)) = attempt.retry {
+        counter!(RETRIES, "endpoint" => endpoint(call), "reason" => reason.label()).increment(1);
+        histogram!(RETRY_DELAY, "endpoint" => endpoint(call)).record(delay.as_secs_f64());
     }
 }
 
-// The label values are literals so that the keys are statics: recording allocates
-// nothing. They equal the core's `label()`s (checked by the tests below).
+pub(super) fn attempt_ended(call: &CallInfo<'_>, attempt: &AttemptEnd) {
+    histogram!(ATTEMPT_DURATION, "endpoint" => endpoint(call))
+        .record(attempt.elapsed.as_secs_f64());
+}
 
-fn retries(reason: RetryReason) -> Counter {
-    match reason {
-        RetryReason::Failed => counter!(RETRIES, "reason" => "failed"),
-        RetryReason::Overloaded => counter!(RETRIES, "reason" => "overloaded"),
-        RetryReason::InDoubt => counter!(RETRIES, "reason" => "in_doubt"),
-        RetryReason::TimedOut => counter!(RETRIES, "reason" => "timed_out"),
+pub(super) fn call_finished(call: &CallInfo<'_>, end: &CallEnd) {
+    counter!(REQUESTS, "endpoint" => endpoint(call), "outcome" => end.stop.label()).increment(1);
+}
+
+pub(super) fn refused(call: &CallInfo<'_>, by: &'static str) {
+    counter!(REFUSALS, "endpoint" => endpoint(call), "by" => by).increment(1);
+    if by == "budget" {
+        counter!(BUDGET_REFUSALS, "endpoint" => endpoint(call)).increment(1);
     }
 }
 
-fn requests(stop: StopReason) -> Counter {
-    match stop {
-        StopReason::Succeeded => counter!(REQUESTS, "outcome" => "succeeded"),
-        StopReason::NeverRetry => counter!(REQUESTS, "outcome" => "never_retry"),
-        StopReason::NotIdempotent => counter!(REQUESTS, "outcome" => "not_idempotent"),
-        StopReason::AttemptsExhausted => counter!(REQUESTS, "outcome" => "attempts_exhausted"),
-        StopReason::BudgetExhausted => counter!(REQUESTS, "outcome" => "budget_exhausted"),
-        StopReason::DeadlineTooClose => counter!(REQUESTS, "outcome" => "deadline_too_close"),
-        StopReason::Cancelled => counter!(REQUESTS, "outcome" => "cancelled"),
-        StopReason::BreakerOpen => counter!(REQUESTS, "outcome" => "breaker_open"),
-        StopReason::Throttled => counter!(REQUESTS, "outcome" => "throttled"),
-    }
+pub(super) fn breaker_changed(endpoint: &str, change: &StateChange) {
+    let (value, to) = match change.to {
+        BreakerState::Closed => (0.0, "closed"),
+        BreakerState::Open => (1.0, "open"),
+        BreakerState::HalfOpen => (2.0, "half_open"),
+        BreakerState::Isolated => (3.0, "isolated"),
+    };
+    gauge!(BREAKER_STATE, "endpoint" => endpoint.to_owned()).set(value);
+    counter!(BREAKER_TRANSITIONS, "endpoint" => endpoint.to_owned(), "to" => to).increment(1);
 }
 
-pub(super) fn attempt_ended(end: &AttemptEnd<'_>) {
-    histogram!(ATTEMPT_DURATION).record(end.elapsed.as_secs_f64());
+pub(super) fn hedge(call: &CallInfo<'_>, event: HedgeEvent) {
+    let label = match event {
+        HedgeEvent::Sent { .. } => "sent",
+        HedgeEvent::Won { .. } => "won",
+        HedgeEvent::Cancelled { .. } => "cancelled",
+    };
+    counter!(HEDGES, "endpoint" => endpoint(call), "event" => label).increment(1);
 }
 
-pub(super) fn request_finished(stop: StopReason) {
-    requests(stop).increment(1);
-    if stop == StopReason::BudgetExhausted {
-        counter!(BUDGET_REFUSALS).increment(1);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use metrics_util::debugging::DebuggingRecorder;
-
-    fn labels_of(record: impl FnOnce()) -> Vec<String> {
-        let recorder = DebuggingRecorder::new();
-        let snapshotter = recorder.snapshotter();
-        metrics::with_local_recorder(&recorder, record);
-        snapshotter
-            .snapshot()
-            .into_vec()
-            .into_iter()
-            .flat_map(|(key, ..)| {
-                key.key()
-                    .labels()
-                    .map(|l| l.value().to_owned())
-                    .collect::<Vec<_>>()
-            })
-            .collect()
-    }
-
-    #[test]
-    fn static_labels_are_the_cores_labels() {
-        use StopReason as S;
-        for stop in [
-            S::Succeeded,
-            S::NeverRetry,
-            S::NotIdempotent,
-            S::AttemptsExhausted,
-            S::BudgetExhausted,
-            S::DeadlineTooClose,
-            S::Cancelled,
-        ] {
-            assert_eq!(labels_of(|| requests(stop).increment(1)), [stop.label()]);
-        }
-        use RetryReason as R;
-        for reason in [R::Failed, R::Overloaded, R::InDoubt, R::TimedOut] {
-            assert_eq!(labels_of(|| retries(reason).increment(1)), [reason.label()]);
-        }
-    }
+pub(super) fn fallback(call: &CallInfo<'_>, reason: FallbackReason) {
+    counter!(FALLBACKS, "endpoint" => endpoint(call), "reason" => reason.label()).increment(1);
 }

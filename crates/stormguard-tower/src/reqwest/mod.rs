@@ -124,7 +124,7 @@ impl RetrySummary {
     /// and gave up, or its budget, the deadline or a breaker refused a retry. The rule is the
     /// tower [`RetryLayer`](crate::retry::RetryLayer)'s, so no caller further up retries.
     pub fn marks_exhausted(&self) -> bool {
-        crate::retry::marks_exhausted(self.stop, self.attempts)
+        crate::client::marks_exhausted(self.stop, self.attempts)
     }
 }
 

@@ -27,6 +27,7 @@ pub use classify::{
     error_type, grpc_code_for_http, grpc_outcome, grpc_status, health_outcome, refusal_of,
     rejection_refusal,
 };
+pub(crate) use deadline::header_name;
 pub use deadline::{has_deadline_header, read_deadline, write_deadline};
 pub use key::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, KeyError, idempotency_key};
 

@@ -12,7 +12,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use stormguard::backoff::{Backoff, Jitter};
 use stormguard::retry::RetryPolicy;
-use stormguard_tower::retry::BoxError;
+use stormguard_tower::wire::BoxError;
 
 /// Serves `app` on a fresh port of 127.0.0.1 and returns the address.
 pub(crate) async fn serve(app: Router) -> SocketAddr {

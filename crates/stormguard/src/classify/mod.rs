@@ -183,6 +183,15 @@ pub trait Classifier<T, E> {
         let _ = result;
         None
     }
+
+    /// What the result says about the downstream's *health*, for the circuit breaker a
+    /// retrier's gate records into. It differs from [`classify`](Classifier::classify) where
+    /// the result carries a signal for retriers only (an HTTP response marked
+    /// `X-Retry-Exhausted: true` is a failure of the downstream all the same). The default:
+    /// the same as `classify`.
+    fn health(&self, result: &Result<T, E>) -> Outcome {
+        self.classify(result)
+    }
 }
 
 impl<T, E, F> Classifier<T, E> for F

@@ -251,13 +251,32 @@ impl<B: RetryBudget, O: HedgeObserver> Hedger<B, O> {
     pub async fn run_report<T, E, F, Fut, C>(
         &self,
         call: HedgeCall,
-        mut op: F,
+        op: F,
         classifier: C,
     ) -> HedgeReport<T, E>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         C: HedgeClassifier<T, E>,
+    {
+        self.run_report_with(call, op, classifier, &self.observer)
+            .await
+    }
+
+    /// [`Hedger::run_report`] with an observer for this call only (instead of the hedger's),
+    /// for hooks that need the call's own context.
+    pub async fn run_report_with<T, E, F, Fut, C, P>(
+        &self,
+        call: HedgeCall,
+        mut op: F,
+        classifier: C,
+        observer: &P,
+    ) -> HedgeReport<T, E>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: HedgeClassifier<T, E>,
+        P: HedgeObserver,
     {
         let _request = RequestGuard::new(&self.budget);
         let start = Instant::now();
@@ -278,7 +297,7 @@ impl<B: RetryBudget, O: HedgeObserver> Hedger<B, O> {
             timeout: deadline_at.map(|at| at.saturating_duration_since(Instant::now())),
         };
 
-        let mut flight = InFlight::new(&self.observer);
+        let mut flight = InFlight::new(observer);
         flight.send(op(attempt(1)), None);
         let mut hedge_timer: Pin<&mut Option<Sleep>> = pin!(None);
         let mut deadline_timer = pin!(deadline_at.map(sleep_until));
@@ -334,7 +353,7 @@ impl<B: RetryBudget, O: HedgeObserver> Hedger<B, O> {
                             .map_err(|_| HedgingStopped::Budget)
                     };
                     match paid {
-                        Err(why) => self.observer.hedging_stopped(flight.sent, why),
+                        Err(why) => observer.hedging_stopped(flight.sent, why),
                         Ok(guard) => {
                             let number = flight.sent + 1;
                             flight.send(op(attempt(number)), Some(guard));
@@ -347,7 +366,7 @@ impl<B: RetryBudget, O: HedgeObserver> Hedger<B, O> {
                 Event::Ended(number, paid, result) => {
                     let outcome = classifier.outcome(&result);
                     let pushback = classifier.pushback(&result);
-                    self.observer.attempt_ended(number, &outcome);
+                    observer.attempt_ended(number, &outcome);
                     if outcome.is_success() {
                         self.budget.record_success(paid);
                         return flight.end(
@@ -360,8 +379,7 @@ impl<B: RetryBudget, O: HedgeObserver> Hedger<B, O> {
                         (Some(Pushback::DoNotRetry), _) => {
                             self.budget.record_failure();
                             if next_hedge.take().is_some() {
-                                self.observer
-                                    .hedging_stopped(flight.sent, HedgingStopped::Pushback);
+                                observer.hedging_stopped(flight.sent, HedgingStopped::Pushback);
                             }
                             None
                         }

@@ -205,8 +205,8 @@ impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
     /// when a retry is being considered, so the success path reads no clock. `rng` draws the
     /// jitter.
     ///
-    /// Checks, in order: success; a deterministic failure; an in-doubt failure of an
-    /// operation that is not retry-safe; attempts exhausted; the deadline (remaining <
+    /// Checks, in order: success; a deterministic failure; a deadline that has passed; an
+    /// in-doubt failure of an operation that is not retry-safe; attempts exhausted; the deadline (remaining <
     /// wait + minimum call, where the wait is the backoff delay or the server's pushback,
     /// whichever is longer); and last the budget, so that no token is spent on a retry that
     /// would not be sent.
@@ -250,6 +250,11 @@ impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
         remaining: impl FnOnce() -> Option<Duration>,
         rng: &mut R,
     ) -> Decision {
+        let remaining = remaining();
+        if remaining.is_some_and(|left| left.is_zero()) {
+            // Nobody is waiting any more: nothing else matters.
+            return Decision::Stop(StopReason::DeadlineTooClose);
+        }
         if matches!(ended.outcome, Outcome::InDoubt) && !self.retry_safe {
             return Decision::Stop(StopReason::NotIdempotent);
         }
@@ -266,9 +271,8 @@ impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
         {
             delay = delay.max(pushback);
         }
-        if let Some(remaining) = remaining() {
-            // An expired deadline stops retries even when the wait and minimum call are zero.
-            if remaining.is_zero() || remaining < delay.saturating_add(self.policy.min_call()) {
+        if let Some(remaining) = remaining {
+            if remaining < delay.saturating_add(self.policy.min_call()) {
                 return Decision::Stop(StopReason::DeadlineTooClose);
             }
         }

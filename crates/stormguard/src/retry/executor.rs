@@ -112,6 +112,16 @@ impl Call {
         self.key.as_ref()
     }
 
+    /// Whether the call has a deadline of its own ([`Call::with_deadline`]).
+    pub(crate) fn has_own_deadline(&self) -> bool {
+        self.deadline.is_some()
+    }
+
+    /// The time left before the task's current deadline, if it has one.
+    pub(crate) fn remaining_in_task(&self) -> Option<Duration> {
+        deadline::with_current(|d| d.map(Deadline::remaining))
+    }
+
     /// The time left: the earlier of this call's deadline and the task's current one.
     pub(crate) fn remaining(&self) -> Option<Duration> {
         let current = deadline::with_current(|d| d.map(Deadline::remaining));
@@ -129,8 +139,11 @@ pub struct Attempt {
     pub number: u32,
     /// The call's idempotency key, the same on every attempt.
     pub key: Option<IdempotencyKey>,
-    /// The time this attempt is allowed, when a per-try timeout is set: the retrier cancels
-    /// the attempt after it, and the operation may pass it on (as `grpc-timeout`, …).
+    /// The time this attempt is allowed, as of its start: the per-try timeout, cut to what is
+    /// left of the call's or the task's deadline; `None` when there is neither. The retrier
+    /// cancels the attempt after it when it comes from the per-try timeout or the call's own
+    /// deadline (the task's deadline is enforced by its owner), and the operation hands it
+    /// on (as `grpc-timeout`, …).
     pub timeout: Option<Duration>,
 }
 
@@ -276,7 +289,8 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<T, E>,
     {
-        self.drive(&DEFAULT_CALL, op, classifier, into_result).await
+        self.drive(&DEFAULT_CALL, op, classifier, &self.observer, into_result)
+            .await
     }
 
     /// [`Retrier::run`] with per-call options.
@@ -291,7 +305,8 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<T, E>,
     {
-        self.drive(&call, op, classifier, into_result).await
+        self.drive(&call, op, classifier, &self.observer, into_result)
+            .await
     }
 
     /// Runs `op` and reports the last result, the attempts sent and why it stopped.
@@ -306,61 +321,96 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<T, E>,
     {
-        self.drive(&call, op, classifier, |result, attempts, stop| Report {
-            result,
-            attempts,
-            stop,
+        self.run_report_with(call, op, classifier, &self.observer)
+            .await
+    }
+
+    /// [`Retrier::run_report`] with an observer for this call only (instead of the
+    /// retrier's), for hooks that need the call's own context: a request id, a span.
+    pub async fn run_report_with<T, E, F, Fut, C, P>(
+        &self,
+        call: Call,
+        op: F,
+        classifier: C,
+        observer: &P,
+    ) -> Report<T, E>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: Classifier<T, E>,
+        P: RetryObserver,
+    {
+        self.drive(&call, op, classifier, observer, |result, attempts, stop| {
+            Report {
+                result,
+                attempts,
+                stop,
+            }
         })
         .await
     }
 
     /// The retry loop; `finish` shapes what the caller gets, so the success path builds
     /// nothing it does not return.
-    async fn drive<T, E, F, Fut, C, Out>(
+    async fn drive<T, E, F, Fut, C, P, Out>(
         &self,
         call: &Call,
         mut op: F,
         classifier: C,
+        observer: &P,
         finish: impl FnOnce(Result<T, Failure<E>>, u32, StopReason) -> Out,
     ) -> Out
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<T, E>,
+        P: RetryObserver,
     {
         let retry_safe = call.is_retry_safe(self.policy.idempotent());
         let mut run = RetryRun::start(&self.policy, &self.budget, retry_safe);
         let mut rng = LazyRng::new(&self.random);
-        let mut cancelled = CancelReporter::new(&self.observer);
+        let mut cancelled = CancelReporter::new(observer);
         loop {
             let number = run.attempts();
             let pass = match self.gate.admit() {
                 Ok(pass) => pass,
                 Err(refusal) => {
                     cancelled.armed = false;
-                    let sent = self.refused(refusal, number);
+                    let sent = refused(observer, refusal, number);
                     return finish(Err(Failure::Refused(refusal)), sent, refusal.stop_reason());
                 }
             };
             cancelled.attempts = number;
-            self.observer.attempt_started(number);
-            let timeout = match self.policy.per_try_timeout() {
-                Some(_) => self.policy.attempt_timeout(call.remaining()),
-                None => None,
+            observer.attempt_started(number);
+            // The time this attempt is allowed: the per-try timeout, cut to what is left of
+            // the call's or the task's deadline. Read only when one of them exists; a timer
+            // enforces it only for the per-try timeout and the call's own deadline (the
+            // task's deadline is its owner's to enforce).
+            let (timeout, enforce) = match (self.policy.per_try_timeout(), call.has_own_deadline())
+            {
+                (None, false) => (call.remaining_in_task(), false),
+                (per_try, _) => {
+                    let left = call.remaining();
+                    let timeout = match (per_try, left) {
+                        (Some(p), Some(l)) => Some(p.min(l)),
+                        (p, l) => p.or(l),
+                    };
+                    (timeout, true)
+                }
             };
             let attempt = Attempt {
                 number,
                 key: call.key.clone(),
                 timeout,
             };
-            let (result, ended) = match timeout {
+            let limit = if enforce { timeout } else { None };
+            let (result, ended) = match limit {
                 None => {
                     let result = op(attempt).await;
                     let outcome = classifier.classify(&result);
                     if outcome.is_success() {
                         pass.finish(outcome);
-                        self.observer
-                            .attempt_ended(number, &AttemptOutcome::from(outcome));
+                        observer.attempt_ended(number, &AttemptOutcome::from(outcome));
                         run.succeeded();
                         cancelled.armed = false;
                         return finish(
@@ -373,10 +423,10 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                         // Refused further down: not sent, so neither recorded nor charged.
                         drop(pass);
                         cancelled.armed = false;
-                        let sent = self.refused(refusal, number);
+                        let sent = refused(observer, refusal, number);
                         return finish(result.map_err(Failure::Error), sent, refusal.stop_reason());
                     }
-                    pass.finish(outcome);
+                    pass.finish(classifier.health(&result));
                     (
                         result.map_err(Failure::Error),
                         AttemptOutcome::from(outcome),
@@ -389,7 +439,7 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                             if let Some(refusal) = classifier.refusal(&result) {
                                 drop(pass);
                                 cancelled.armed = false;
-                                let sent = self.refused(refusal, number);
+                                let sent = refused(observer, refusal, number);
                                 return finish(
                                     result.map_err(Failure::Error),
                                     sent,
@@ -397,7 +447,7 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                                 );
                             }
                         }
-                        pass.finish(outcome);
+                        pass.finish(classifier.health(&result));
                         (
                             result.map_err(Failure::Error),
                             AttemptOutcome::from(outcome),
@@ -409,7 +459,7 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                     }
                 },
             };
-            self.observer.attempt_ended(number, &ended);
+            observer.attempt_ended(number, &ended);
             if ended.outcome.is_success() {
                 run.succeeded();
                 cancelled.armed = false;
@@ -419,7 +469,7 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                 Decision::Stop(stop) => {
                     cancelled.armed = false;
                     if stop != StopReason::Succeeded {
-                        self.observer.gave_up(number, stop);
+                        observer.gave_up(number, stop);
                     }
                     return finish(result, number, stop);
                 }
@@ -428,7 +478,7 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                     delay,
                     reason,
                 } => {
-                    self.observer.retry_scheduled(attempt, delay, reason);
+                    observer.retry_scheduled(attempt, delay, reason);
                     drop(result);
                     if !delay.is_zero() {
                         tokio::time::sleep(delay).await;
@@ -439,16 +489,14 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
     }
 }
 
-impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<B, O, R, G> {
-    /// Attempt `number` was refused before it was sent: tell the observer, and say how many
-    /// were sent.
-    #[cold]
-    #[inline(never)]
-    fn refused(&self, refusal: Refusal, number: u32) -> u32 {
-        let sent = number - 1;
-        self.observer.gave_up(sent, refusal.stop_reason());
-        sent
-    }
+/// Attempt `number` was refused before it was sent: tell the observer, and say how many were
+/// sent.
+#[cold]
+#[inline(never)]
+fn refused<P: RetryObserver>(observer: &P, refusal: Refusal, number: u32) -> u32 {
+    let sent = number - 1;
+    observer.gave_up(sent, refusal.stop_reason());
+    sent
 }
 
 fn into_result<T, E>(

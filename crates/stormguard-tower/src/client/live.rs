@@ -1,0 +1,247 @@
+//! The policies a running stack uses, swappable while it runs.
+//!
+//! Every request loads the current [`Table`] once (one atomic load through `arc-swap`) and
+//! uses that snapshot to its end, so a swap never gives a call half of one policy and half of
+//! another, and calls in flight finish on the policy they started with. [`Policies::swap`]
+//! builds the new table beside the old one — validating every endpoint first, so an invalid
+//! policy never replaces a good one — carries each endpoint's state over where its own
+//! configuration did not change (see [`endpoint`](super::endpoint)), and publishes it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use http::Method;
+use stormguard::policy::{EndpointPolicy, PolicyError, PolicyFile};
+use stormguard::retry::RetryPolicy;
+
+use super::endpoint::{Builder, Endpoint};
+use super::route::{DEFAULT_ROUTE, InvalidRoute, RoutePattern, best_match};
+use crate::observe::Observer;
+
+/// Why a set of policies could not be used: an endpoint name that is not a route, or a policy
+/// that breaks a rule.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidPolicies {
+    /// An endpoint name is neither [`DEFAULT_ROUTE`] nor a route pattern.
+    #[error("endpoint {name:?} is not a route: {source}")]
+    Route {
+        /// The endpoint's name.
+        name: String,
+        /// Why it is not a route.
+        source: InvalidRoute,
+    },
+    /// A policy breaks a rule.
+    #[error("endpoint {name:?}: {source}")]
+    Policy {
+        /// The endpoint's name.
+        name: String,
+        /// The rule broken.
+        source: PolicyError,
+    },
+}
+
+/// The compiled routes of one policy version.
+pub(crate) struct Table<O> {
+    routes: Vec<(RoutePattern, Arc<Endpoint<O>>)>,
+    default: Arc<Endpoint<O>>,
+    by_name: BTreeMap<String, Arc<Endpoint<O>>>,
+    file: PolicyFile,
+    version: u64,
+}
+
+impl<O> Table<O> {
+    /// The endpoint a request follows: the most specific matching route, else the default.
+    pub(crate) fn pick(&self, method: &Method, path: &str) -> &Arc<Endpoint<O>> {
+        if self.routes.is_empty() {
+            return &self.default;
+        }
+        best_match(self.routes.iter().map(|(p, e)| (p, e)), method, path).unwrap_or(&self.default)
+    }
+}
+
+/// What the stack is building its endpoints from: a whole routed file, or one named endpoint
+/// that takes every request.
+#[derive(Clone, Debug)]
+pub(crate) enum Source {
+    Routes(PolicyFile),
+    Single(String, Box<EndpointPolicy>),
+}
+
+impl Source {
+    fn endpoints(&self) -> BTreeMap<String, EndpointPolicy> {
+        match self {
+            Source::Routes(file) => file.endpoints().clone(),
+            Source::Single(name, policy) => BTreeMap::from([(name.clone(), (**policy).clone())]),
+        }
+    }
+}
+
+/// The live policies of one stack, shared by every service the stack's layer made. Cheap to
+/// clone; [`swap`](Policies::swap) changes them for every clone.
+pub struct Policies<O> {
+    pub(crate) inner: Arc<LiveInner<O>>,
+}
+
+pub(crate) struct LiveInner<O> {
+    pub(crate) table: ArcSwap<Table<O>>,
+    builder: Builder<O>,
+    single: Option<String>,
+    swapping: Mutex<()>,
+}
+
+impl<O> Clone for Policies<O> {
+    fn clone(&self) -> Self {
+        Policies {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<O> fmt::Debug for Policies<O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let table = self.inner.table.load();
+        f.debug_struct("Policies")
+            .field("endpoints", &table.by_name.keys().collect::<Vec<_>>())
+            .field("version", &format_args!("{:016x}", table.version))
+            .finish()
+    }
+}
+
+impl<O: Observer> Policies<O> {
+    pub(crate) fn new(builder: Builder<O>, source: Source) -> Result<Self, InvalidPolicies> {
+        let single = match &source {
+            Source::Single(name, _) => Some(name.clone()),
+            Source::Routes(_) => None,
+        };
+        let table = build_table(&builder, &source, None)?;
+        Ok(Policies {
+            inner: Arc::new(LiveInner {
+                table: ArcSwap::from_pointee(table),
+                builder,
+                single,
+                swapping: Mutex::new(()),
+            }),
+        })
+    }
+
+    /// Replaces the policies with `file`'s: every endpoint is validated and built first, and
+    /// nothing changes unless all of them are good. Each endpoint's budget, breaker, throttle
+    /// and latency window survive when their own configuration is unchanged (see
+    /// [`client::endpoint`](super) for what survives). Calls in flight finish on the policy
+    /// they started with. A stack built for one endpoint ([`ClientLayer::new`](super::ClientLayer::new))
+    /// takes that endpoint's policy from the file (or the file's `default`).
+    pub fn swap(&self, file: &PolicyFile) -> Result<(), InvalidPolicies> {
+        let _one_at_a_time = self
+            .inner
+            .swapping
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let source = match &self.inner.single {
+            None => Source::Routes(file.clone()),
+            Some(name) => {
+                let policy = file
+                    .endpoint(name)
+                    .or_else(|| file.endpoint(DEFAULT_ROUTE))
+                    .cloned()
+                    .ok_or_else(|| InvalidPolicies::Policy {
+                        name: name.clone(),
+                        source: PolicyError::Invalid {
+                            field: format!("endpoints.{name:?}"),
+                            rule: "the file has no policy for this endpoint (nor a default)"
+                                .to_owned(),
+                        },
+                    })?;
+                Source::Single(name.clone(), Box::new(policy))
+            }
+        };
+        let old = self.inner.table.load_full();
+        let table = build_table(&self.inner.builder, &source, Some(&old))?;
+        self.inner.table.store(Arc::new(table));
+        Ok(())
+    }
+
+    /// The policies in use, as a file.
+    pub fn current(&self) -> PolicyFile {
+        self.inner.table.load().file.clone()
+    }
+
+    /// A content hash of the policies in use (the same policies always hash the same).
+    pub fn version(&self) -> u64 {
+        self.inner.table.load().version
+    }
+}
+
+fn build_table<O: Observer>(
+    builder: &Builder<O>,
+    source: &Source,
+    previous: Option<&Table<O>>,
+) -> Result<Table<O>, InvalidPolicies> {
+    let endpoints = source.endpoints();
+    let mut by_name = BTreeMap::new();
+    let mut routes = Vec::new();
+    let mut default = None;
+    for (index, (name, policy)) in endpoints.into_iter().enumerate() {
+        let old = previous.and_then(|t| t.by_name.get(&name)).map(Arc::as_ref);
+        let endpoint = builder
+            .build(&name, policy, old, index as u64)
+            .map_err(|source| InvalidPolicies::Policy {
+                name: name.clone(),
+                source,
+            })?;
+        let endpoint = Arc::new(endpoint);
+        match source {
+            Source::Single(..) => default = Some(Arc::clone(&endpoint)),
+            Source::Routes(_) if name == DEFAULT_ROUTE => default = Some(Arc::clone(&endpoint)),
+            Source::Routes(_) => {
+                let pattern = name.parse().map_err(|source| InvalidPolicies::Route {
+                    name: name.clone(),
+                    source,
+                })?;
+                routes.push((pattern, Arc::clone(&endpoint)));
+            }
+        }
+        by_name.insert(name, endpoint);
+    }
+    let default = match default {
+        Some(default) => default,
+        // Unmatched requests pass with one attempt and nothing else.
+        None => {
+            let old = previous
+                .and_then(|t| t.by_name.get(DEFAULT_ROUTE))
+                .map(Arc::as_ref);
+            let policy = EndpointPolicy::new(RetryPolicy::new(1));
+            Arc::new(
+                builder
+                    .build(DEFAULT_ROUTE, policy, old, u64::MAX)
+                    .map_err(|source| InvalidPolicies::Policy {
+                        name: DEFAULT_ROUTE.to_owned(),
+                        source,
+                    })?,
+            )
+        }
+    };
+    let file = PolicyFile::new(
+        by_name
+            .iter()
+            .map(|(name, e)| (name.clone(), e.policy.clone()))
+            .collect(),
+    );
+    let version = fnv1a(file.to_toml().as_bytes());
+    Ok(Table {
+        routes,
+        default,
+        by_name,
+        file,
+        version,
+    })
+}
+
+/// FNV-1a, 64 bits: a stable content hash (the same text hashes the same in every process and
+/// build, unlike the standard library's hasher).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}

@@ -1,0 +1,208 @@
+//! Which endpoint policy a request follows: route patterns matched by method and path.
+//!
+//! A payment endpoint and a search endpoint of the same downstream should not share one
+//! policy: the first must not be retried after a timeout without a key, the second may be
+//! retried freely. A [`PolicyFile`](stormguard::policy::PolicyFile) names a policy per
+//! endpoint (`"POST /pay"`, `"GET /users/*"`); the most specific pattern that matches a
+//! request wins, and the endpoint named [`DEFAULT_ROUTE`] takes the rest.
+//!
+//! # Route names
+//!
+//! `"METHOD /path"` or `"/path"` (any method; `"* /path"` says the same). A path ending in
+//! `*` is a prefix (`"/users/*"` matches `/users/7` and `/users/`), any other path is exact.
+//! Specificity: an exact path beats a prefix, a longer prefix beats a shorter one, and a
+//! route naming its method beats one that does not.
+
+use std::str::FromStr;
+
+use http::Method;
+
+/// The endpoint name in a policy file that holds the policy for unmatched requests.
+pub const DEFAULT_ROUTE: &str = "default";
+
+/// Which requests a route applies to: a method (or any) and an exact path or a path prefix;
+/// see [the module docs](self#route-names) for the syntax.
+///
+/// ```
+/// use http::Method;
+/// use stormguard_tower::client::RoutePattern;
+///
+/// let users: RoutePattern = "GET /users/*".parse()?;
+/// assert!(users.matches(&Method::GET, "/users/7"));
+/// assert!(!users.matches(&Method::POST, "/users/7"));
+/// let pay: RoutePattern = "/pay".parse()?;
+/// assert!(pay.matches(&Method::POST, "/pay"));
+/// assert!(!pay.matches(&Method::POST, "/pay/7"));
+/// # Ok::<(), stormguard_tower::client::InvalidRoute>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoutePattern {
+    method: Option<Method>,
+    path: PathMatch,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum PathMatch {
+    Exact(Box<str>),
+    Prefix(Box<str>),
+}
+
+/// Why an endpoint name is not a route pattern.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidRoute {
+    /// The name is empty.
+    #[error("route is empty")]
+    Empty,
+    /// The name has more than a method and a path.
+    #[error("route {0:?} has more than a method and a path")]
+    TooManyParts(String),
+    /// The method is not an HTTP method token.
+    #[error("route method {0:?} is not an HTTP method")]
+    BadMethod(String),
+    /// The path does not start with `/`.
+    #[error("route path {0:?} does not start with '/'")]
+    PathNotAbsolute(String),
+    /// A `*` appears other than at the end of the path.
+    #[error("route path {0:?} has a '*' before its end")]
+    WildcardNotAtEnd(String),
+}
+
+impl FromStr for RoutePattern {
+    type Err = InvalidRoute;
+
+    fn from_str(s: &str) -> Result<Self, InvalidRoute> {
+        let mut parts = s.split_ascii_whitespace();
+        let (method, path) = match (parts.next(), parts.next(), parts.next()) {
+            (None, _, _) => return Err(InvalidRoute::Empty),
+            (Some(path), None, _) => (None, path),
+            (Some("*"), Some(path), None) => (None, path),
+            (Some(method), Some(path), None) => {
+                let method = Method::from_bytes(method.as_bytes())
+                    .map_err(|_| InvalidRoute::BadMethod(method.to_owned()))?;
+                (Some(method), path)
+            }
+            (Some(_), Some(_), Some(_)) => return Err(InvalidRoute::TooManyParts(s.to_owned())),
+        };
+        if !path.starts_with('/') {
+            return Err(InvalidRoute::PathNotAbsolute(path.to_owned()));
+        }
+        let path = match path.find('*') {
+            None => PathMatch::Exact(path.into()),
+            Some(at) if at + 1 == path.len() => PathMatch::Prefix(path[..at].into()),
+            Some(_) => return Err(InvalidRoute::WildcardNotAtEnd(path.to_owned())),
+        };
+        Ok(RoutePattern { method, path })
+    }
+}
+
+impl RoutePattern {
+    /// Whether a request with this method and path is in the route.
+    pub fn matches(&self, method: &Method, path: &str) -> bool {
+        self.specificity(method, path).is_some()
+    }
+
+    /// How specifically the route matches (greater is more specific), or `None`.
+    fn specificity(&self, method: &Method, path: &str) -> Option<(bool, usize, bool)> {
+        if self.method.as_ref().is_some_and(|m| m != method) {
+            return None;
+        }
+        let (exact, len) = match &self.path {
+            PathMatch::Exact(p) => (**p == *path, p.len()),
+            PathMatch::Prefix(p) => (false, p.len()),
+        };
+        let prefix_ok = matches!(&self.path, PathMatch::Prefix(p) if path.starts_with(&**p));
+        (exact || prefix_ok).then_some((exact, len, self.method.is_some()))
+    }
+}
+
+/// The index of the most specific route that matches, if any.
+pub(crate) fn best_match<'a, T: 'a>(
+    routes: impl IntoIterator<Item = (&'a RoutePattern, T)>,
+    method: &Method,
+    path: &str,
+) -> Option<T> {
+    routes
+        .into_iter()
+        .filter_map(|(pattern, item)| pattern.specificity(method, path).map(|s| (s, item)))
+        .fold(
+            None::<((bool, usize, bool), T)>,
+            |best, (s, item)| match best {
+                Some((b, _)) if b >= s => best,
+                _ => Some((s, item)),
+            },
+        )
+        .map(|(_, item)| item)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn p(s: &str) -> RoutePattern {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn each_broken_rule_is_named() {
+        assert_eq!("".parse::<RoutePattern>(), Err(InvalidRoute::Empty));
+        assert_eq!("  ".parse::<RoutePattern>(), Err(InvalidRoute::Empty));
+        assert!(matches!(
+            "GET /a b".parse::<RoutePattern>(),
+            Err(InvalidRoute::TooManyParts(_))
+        ));
+        assert!(matches!(
+            "G(T /a".parse::<RoutePattern>(),
+            Err(InvalidRoute::BadMethod(_))
+        ));
+        assert!(matches!(
+            "GET a".parse::<RoutePattern>(),
+            Err(InvalidRoute::PathNotAbsolute(_))
+        ));
+        assert!(matches!(
+            "/a/*/b".parse::<RoutePattern>(),
+            Err(InvalidRoute::WildcardNotAtEnd(_))
+        ));
+    }
+
+    #[test]
+    fn the_most_specific_route_wins() {
+        let routes = [
+            p("/*"),
+            p("/users/*"),
+            p("GET /users/*"),
+            p("GET /users/me"),
+            p("* /users/me"),
+        ];
+        let pick = |m: Method, path: &str| best_match(routes.iter().zip(0..), &m, path);
+        assert_eq!(pick(Method::GET, "/users/me"), Some(3));
+        assert_eq!(pick(Method::POST, "/users/me"), Some(4));
+        assert_eq!(pick(Method::GET, "/users/7"), Some(2));
+        assert_eq!(pick(Method::POST, "/users/7"), Some(1));
+        assert_eq!(pick(Method::POST, "/orders"), Some(0));
+        assert_eq!(
+            best_match(routes[1..].iter().zip(0..), &Method::GET, "/x"),
+            None
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn parser_never_panics(s in "\\PC{0,40}", method in "[A-Z]{1,7}", path in "/[a-z/*]{0,12}") {
+            let _ = s.parse::<RoutePattern>();
+            if let Ok(pattern) = format!("{method} {path}").parse::<RoutePattern>() {
+                let _ = pattern.matches(&Method::GET, &path);
+            }
+        }
+
+        #[test]
+        fn an_exact_route_matches_its_own_path(method in "[A-Z]{1,7}", path in "/[a-z/]{0,12}") {
+            let pattern: RoutePattern = format!("{method} {path}").parse().expect("valid");
+            let m = Method::from_bytes(method.as_bytes()).expect("token");
+            prop_assert!(pattern.matches(&m, &path));
+            let prefix: RoutePattern = format!("{method} {path}*").parse().expect("valid");
+            let longer = format!("{path}x");
+            prop_assert!(prefix.matches(&m, &longer));
+        }
+    }
+}
