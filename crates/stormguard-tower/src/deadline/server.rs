@@ -19,18 +19,23 @@ use http::{Request, Response};
 use http_body_util::Either;
 use pin_project_lite::pin_project;
 use stormguard::clock::Clock;
-use stormguard::deadline::{self, Deadline};
+use stormguard::deadline::{self, DeadlineHeader, DeadlineHeaders, Selection, WallClock};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use super::error::InvalidDeadlineConfig;
-use super::headers::{DeadlineHeader, DeadlineHeaders, HeaderReader, Selection, WallClock};
-use super::reply::{self, DeadlineBody};
+use super::reply::{DeadlineBody, ReplyForm};
+use crate::wire;
+
+/// The least time a request must have left to be run, unless configured otherwise.
+const DEFAULT_MIN_REMAINING: Duration = Duration::from_millis(1);
 
 /// What the server layer does with a malformed or repeated deadline header.
 ///
 /// Either way the header is counted ([`ServerStats::malformed`], and the
-/// `stormguard_deadline_header_errors_total` metric).
+/// `stormguard_deadline_header_errors_total` metric). A repeated header is read as its
+/// earliest valid value ([`stormguard::deadline::read_deadline`]), so ignoring it leaves the
+/// request with the most conservative of the deadlines it announced, never with none.
 ///
 /// # Default
 ///
@@ -38,7 +43,7 @@ use super::reply::{self, DeadlineBody};
 /// other headers, the server default and the server maximum.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MalformedPolicy {
-    /// Treat the header as absent.
+    /// Treat a malformed value as absent (and a repeated header as its earliest valid value).
     #[default]
     Ignore,
     /// Refuse the request without running the handler: HTTP 400, or gRPC `INVALID_ARGUMENT`,
@@ -52,7 +57,7 @@ pub enum MalformedPolicy {
 #[non_exhaustive]
 pub struct IncomingDeadline {
     /// The deadline the handler runs under (also its task's current deadline).
-    pub deadline: Deadline,
+    pub deadline: deadline::Deadline,
     /// The header it came from; `None` when the request had none and the server default
     /// applied.
     pub header: Option<DeadlineHeader>,
@@ -64,7 +69,8 @@ pub struct IncomingDeadline {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerStats {
-    /// Requests refused on arrival because their deadline had already passed.
+    /// Requests refused on arrival because their deadline had already passed, or left less
+    /// than the minimum time ([`DeadlineLayer::with_min_remaining`]).
     pub refused_expired: u64,
     /// Handlers cancelled because the deadline passed while they ran.
     pub cancelled: u64,
@@ -72,14 +78,20 @@ pub struct ServerStats {
     pub rejected_malformed: u64,
     /// Malformed or repeated deadline headers seen, whatever the policy.
     pub malformed_headers: u64,
+    /// Per header, in [`DeadlineHeaders::ALL`] order.
     malformed_by_header: [u64; 4],
+}
+
+/// The position of `header` in [`DeadlineHeaders::ALL`]: the index of its counter.
+fn slot(header: DeadlineHeader) -> Option<usize> {
+    DeadlineHeaders::ALL.iter().position(|h| h == header)
 }
 
 impl ServerStats {
     /// Malformed or repeated values of `header` seen.
     pub fn malformed(&self, header: DeadlineHeader) -> u64 {
-        self.malformed_by_header
-            .get(header.index())
+        slot(header)
+            .and_then(|i| self.malformed_by_header.get(i))
             .copied()
             .unwrap_or(0)
     }
@@ -95,7 +107,7 @@ struct ServerCounters {
 
 impl ServerCounters {
     fn header_error(&self, header: DeadlineHeader) {
-        if let Some(counter) = self.malformed.get(header.index()) {
+        if let Some(counter) = slot(header).and_then(|i| self.malformed.get(i)) {
             counter.fetch_add(1, Ordering::Relaxed);
         }
         #[cfg(feature = "metrics")]
@@ -125,13 +137,29 @@ impl ServerCounters {
     }
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct ServerConfig {
-    reader: HeaderReader,
+    headers: DeadlineHeaders,
+    selection: Selection,
     malformed: MalformedPolicy,
     max: Option<Duration>,
     default: Option<Duration>,
+    min_remaining: Duration,
     wall: WallClock,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            headers: DeadlineHeaders::ALL,
+            selection: Selection::Earliest,
+            malformed: MalformedPolicy::Ignore,
+            max: None,
+            default: None,
+            min_remaining: DEFAULT_MIN_REMAINING,
+            wall: WallClock::system(),
+        }
+    }
 }
 
 /// Server-side deadline middleware: reads the incoming deadline, runs the handler under it,
@@ -139,22 +167,29 @@ struct ServerConfig {
 ///
 /// For each request the layer
 ///
-/// 1. reads the deadline headers ([`HeaderReader`]: `grpc-timeout`, `connect-timeout-ms`,
-///    `x-envoy-expected-rq-timeout-ms`, `x-request-deadline`; by default the earliest wins),
-///    counting malformed ones and ignoring or rejecting them per [`MalformedPolicy`];
+/// 1. reads the deadline headers (`grpc-timeout`, `connect-timeout-ms`,
+///    `x-envoy-expected-rq-timeout-ms`, `x-request-deadline`; by default the earliest wins, see
+///    [`stormguard::deadline::read_deadline`]), counting malformed and repeated ones and
+///    ignoring or rejecting them per [`MalformedPolicy`];
 /// 2. falls back to the server default when no header announced a deadline, and caps the
 ///    deadline at the server maximum;
-/// 3. refuses at once, without calling the handler, a request with no time left;
+/// 3. refuses at once, without calling the handler, a request with less than the minimum time
+///    left ([`with_min_remaining`](DeadlineLayer::with_min_remaining), 1 ms by default): it
+///    has expired, or will have before the handler could do anything useful;
 /// 4. otherwise runs the handler with the deadline as its task's current deadline
 ///    ([`stormguard::deadline::scope`], so [`PropagateDeadline`](super::PropagateDeadline) and
 ///    the core's retrier see it) and in the request's extensions ([`IncomingDeadline`]), and
 ///    drops the handler's future when the deadline passes.
 ///
-/// Refusals and cancellations are answered with HTTP 504, or for gRPC requests
-/// (`content-type: application/grpc*`) with a trailers-only `DEADLINE_EXCEEDED` (HTTP 200,
-/// `grpc-status: 4`). The response body type is [`DeadlineBody<B>`]: the handler's body `B`, or
-/// the layer's own. A request without any deadline (and no server default) passes through
-/// untouched, with no timer and no allocation.
+/// Refusals and cancellations are answered in the caller's protocol
+/// ([`wire::Protocol::of`](crate::wire::Protocol::of)): HTTP 504; for gRPC a trailers-only
+/// `DEADLINE_EXCEEDED` (HTTP 200, `grpc-status: 4`); for gRPC-Web the same trailers-only answer
+/// with the request's own content type, which gRPC-Web clients read from the headers. (Behind
+/// tonic-web's `GrpcWebLayer` the layer sees plain gRPC and tonic-web translates its answer;
+/// in front of it, it answers gRPC-Web itself. A browser reads `grpc-status` only if the CORS
+/// layer exposes it, so put this layer inside the CORS layer.) The response body type is
+/// [`DeadlineBody<B>`]: the handler's body `B`, or the layer's own. A request without any
+/// deadline (and no server default) passes through untouched, with no timer and no allocation.
 ///
 /// The deadline is current while the handler's *future* runs (an axum or tonic handler's
 /// `async fn` body); code in an inner service's synchronous `call` runs before it is set. It
@@ -171,12 +206,13 @@ struct ServerConfig {
 /// # Default
 ///
 /// All four headers in [`DeadlineHeaders::ALL`] order, [`Selection::Earliest`],
-/// [`MalformedPolicy::Ignore`], no server maximum, no server default, the system wall clock.
+/// [`MalformedPolicy::Ignore`], no server maximum, no server default, a minimum of 1 ms left,
+/// the system wall clock.
 ///
 /// # Example
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
 /// use http::{Request, Response, StatusCode};
 /// use tower::{Layer, ServiceExt, service_fn};
@@ -189,11 +225,14 @@ struct ServerConfig {
 ///     Ok::<_, std::convert::Infallible>(Response::new(format!("{left:?}")))
 /// }));
 ///
-/// // A request whose deadline has passed is refused without running the handler.
-/// let expired = Request::builder().header("grpc-timeout", "0n").body(String::new())?;
-/// let response = service.clone().oneshot(expired).await?;
-/// assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
-/// assert_eq!(layer.stats().refused_expired, 1);
+/// // A request whose deadline has passed, or is about to, is refused without running the
+/// // handler.
+/// for timeout in ["0n", "1n", "999u"] {
+///     let expired = Request::builder().header("grpc-timeout", timeout).body(String::new())?;
+///     let response = service.clone().oneshot(expired).await?;
+///     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+/// }
+/// assert_eq!(layer.stats().refused_expired, 3);
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug, Default)]
@@ -209,45 +248,93 @@ impl DeadlineLayer {
     }
 
     /// Reads these headers, first the most preferred.
+    ///
+    /// # Default
+    ///
+    /// [`DeadlineHeaders::ALL`]: the relative formats first, then `x-request-deadline`.
     pub fn with_headers(mut self, headers: DeadlineHeaders) -> DeadlineLayer {
-        self.config.reader = HeaderReader::new(headers, self.config.reader.selection());
+        self.config.headers = headers;
         self
     }
 
     /// Picks among several headers this way.
+    ///
+    /// # Default
+    ///
+    /// [`Selection::Earliest`]: the request stops when the first of its callers stops waiting.
     pub fn with_selection(mut self, selection: Selection) -> DeadlineLayer {
-        self.config.reader = HeaderReader::new(self.config.reader.headers(), selection);
+        self.config.selection = selection;
         self
     }
 
-    /// Ignores or rejects malformed deadline headers.
+    /// Ignores or rejects malformed and repeated deadline headers.
+    ///
+    /// # Default
+    ///
+    /// [`MalformedPolicy::Ignore`].
     pub fn with_malformed(mut self, policy: MalformedPolicy) -> DeadlineLayer {
         self.config.malformed = policy;
         self
     }
 
     /// Never lets a handler run longer than `max`, whatever the request asks for.
+    ///
+    /// # Default
+    ///
+    /// No maximum: a request runs as long as its deadline allows.
     pub fn with_max(mut self, max: Duration) -> DeadlineLayer {
         self.config.max = Some(max);
         self
     }
 
     /// Gives a request that announces no deadline this much time.
+    ///
+    /// # Default
+    ///
+    /// None: a request without a deadline header runs without a deadline.
     pub fn with_default_timeout(mut self, timeout: Duration) -> DeadlineLayer {
         self.config.default = Some(timeout);
         self
     }
 
+    /// Refuses, as already expired, a request with less than `min` left: the handler is not
+    /// run, the caller gets 504 (gRPC `DEADLINE_EXCEEDED`), and the refusal is counted in
+    /// [`ServerStats::refused_expired`].
+    ///
+    /// A request with a few nanoseconds or microseconds left (`grpc-timeout: 1n`, or an
+    /// absolute deadline a hair away) cannot be answered in time: running it only starts work
+    /// that is cancelled at once, and hands every downstream call a deadline already spent.
+    /// `Duration::ZERO` refuses only a request with no time left at all.
+    ///
+    /// # Default
+    ///
+    /// 1 ms: less than any handler needs to answer, more than any rounding of a timeout that
+    /// was meant to leave time.
+    pub fn with_min_remaining(mut self, min: Duration) -> DeadlineLayer {
+        self.config.min_remaining = min;
+        self
+    }
+
     /// Reads this host's wall-clock time from `wall` (for `x-request-deadline`).
+    ///
+    /// # Default
+    ///
+    /// [`WallClock::system`]. Tests under paused time pass one that moves with tokio's clock.
     pub fn with_wall_clock(mut self, wall: WallClock) -> DeadlineLayer {
         self.config.wall = wall;
         self
     }
 
-    /// Checks the configuration: a zero maximum or default, or a default above the maximum,
-    /// is an error naming what is wrong.
+    /// Checks the configuration: a maximum or default that is zero, or below the minimum
+    /// time left (so that every request, or every request without a header, would be
+    /// refused), or a default above the maximum, is an error naming what is wrong.
     pub fn validate(self) -> Result<DeadlineLayer, InvalidDeadlineConfig> {
-        let ServerConfig { max, default, .. } = self.config;
+        let ServerConfig {
+            max,
+            default,
+            min_remaining,
+            ..
+        } = self.config;
         if max.is_some_and(|m| m.is_zero()) {
             return Err(InvalidDeadlineConfig::ZeroMax);
         }
@@ -259,6 +346,15 @@ impl DeadlineLayer {
                 return Err(InvalidDeadlineConfig::DefaultAboveMax { default, max });
             }
         }
+        if let Some(max) = max.filter(|&m| m < min_remaining) {
+            return Err(InvalidDeadlineConfig::MaxBelowMinRemaining { max, min_remaining });
+        }
+        if let Some(default) = default.filter(|&d| d < min_remaining) {
+            return Err(InvalidDeadlineConfig::DefaultBelowMinRemaining {
+                default,
+                min_remaining,
+            });
+        }
         Ok(self)
     }
 
@@ -269,10 +365,10 @@ impl DeadlineLayer {
 }
 
 impl<S> Layer<S> for DeadlineLayer {
-    type Service = DeadlineService<S>;
+    type Service = Deadline<S>;
 
-    fn layer(&self, inner: S) -> DeadlineService<S> {
-        DeadlineService {
+    fn layer(&self, inner: S) -> Deadline<S> {
+        Deadline {
             inner,
             shared: Arc::new(Shared {
                 config: self.config.clone(),
@@ -290,12 +386,12 @@ struct Shared {
 
 /// The service [`DeadlineLayer`] wraps around a handler.
 #[derive(Clone, Debug)]
-pub struct DeadlineService<S> {
+pub struct Deadline<S> {
     inner: S,
     shared: Arc<Shared>,
 }
 
-impl<S> DeadlineService<S> {
+impl<S> Deadline<S> {
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -324,7 +420,14 @@ struct Plan {
     capped: bool,
 }
 
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for DeadlineService<S>
+impl Plan {
+    /// Whether the request is refused as expired: no time left, or less than the minimum.
+    fn expired(&self, min_remaining: Duration) -> bool {
+        self.remaining.is_zero() || self.remaining < min_remaining
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Deadline<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     S::Future: Send + 'static,
@@ -342,7 +445,12 @@ where
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         let config = &shared.config;
-        let reading = config.reader.read(req.headers(), &config.wall);
+        let reading = wire::read_deadline(
+            req.headers(),
+            config.headers,
+            config.selection,
+            &config.wall,
+        );
         for error in reading.errors() {
             shared.counters.header_error(error.header());
             #[cfg(feature = "tracing")]
@@ -354,22 +462,25 @@ where
                     .counters
                     .rejected_malformed
                     .fetch_add(1, Ordering::Relaxed);
-                let grpc = reply::is_grpc(req.headers());
-                return ResponseFuture::ready(reply::invalid_header(grpc, &error.to_string()));
+                let form = ReplyForm::of(req.headers());
+                return ResponseFuture::ready(form.invalid_header(&error.to_string()));
             }
         }
         let announced = reading.found.map(|f| (f.header, f.remaining));
         let Some(plan) = effective(config, announced) else {
             return ResponseFuture::inner(self.inner.call(req));
         };
-        let grpc = reply::is_grpc(req.headers());
-        if plan.remaining.is_zero() {
+        let form = ReplyForm::of(req.headers());
+        if plan.expired(config.min_remaining) {
             shared.counters.dropped(&shared.counters.refused_expired);
             #[cfg(feature = "tracing")]
-            tracing::debug!("request refused: its deadline has already passed");
-            return ResponseFuture::ready(reply::deadline_exceeded(grpc));
+            tracing::debug!(
+                remaining_ns = u64::try_from(plan.remaining.as_nanos()).unwrap_or(u64::MAX),
+                "request refused: its deadline has passed or is about to"
+            );
+            return ResponseFuture::ready(form.deadline_exceeded());
         }
-        let deadline = Deadline::after(plan.remaining, Clock::tokio());
+        let deadline = deadline::Deadline::after(plan.remaining, Clock::tokio());
         req.extensions_mut().insert(IncomingDeadline {
             deadline: deadline.clone(),
             header: plan.header,
@@ -385,7 +496,7 @@ where
                     shared.counters.dropped(&shared.counters.cancelled);
                     #[cfg(feature = "tracing")]
                     tracing::debug!("handler cancelled: the request's deadline passed");
-                    Ok(reply::deadline_exceeded(grpc))
+                    Ok(form.deadline_exceeded())
                 }
             }
         }))
@@ -396,7 +507,7 @@ type BoxedResponse<B, E> =
     Pin<Box<dyn Future<Output = Result<Response<DeadlineBody<B>>, E>> + Send>>;
 
 pin_project! {
-    /// The response future of [`DeadlineService`].
+    /// The response future of [`Deadline`].
     ///
     /// A request without a deadline polls the handler's future directly; a request with one
     /// runs it boxed under a timer (one allocation, because the task-scoped deadline future of
@@ -498,6 +609,63 @@ mod tests {
                 .validate()
                 .is_ok()
         );
+        // Below the minimum time left: every request (or every one without a header) would be
+        // refused as expired.
+        assert_eq!(
+            DeadlineLayer::new()
+                .with_min_remaining(ms(50))
+                .with_max(ms(20))
+                .validate()
+                .err(),
+            Some(InvalidDeadlineConfig::MaxBelowMinRemaining {
+                max: ms(20),
+                min_remaining: ms(50)
+            })
+        );
+        assert_eq!(
+            DeadlineLayer::new()
+                .with_default_timeout(Duration::from_micros(500))
+                .validate()
+                .err(),
+            Some(InvalidDeadlineConfig::DefaultBelowMinRemaining {
+                default: Duration::from_micros(500),
+                min_remaining: ms(1)
+            })
+        );
+        assert!(
+            DeadlineLayer::new()
+                .with_min_remaining(Duration::ZERO)
+                .with_default_timeout(Duration::from_micros(500))
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn expiry_is_below_the_minimum_or_nothing_left() {
+        let plan = |remaining| Plan {
+            header: None,
+            remaining,
+            capped: false,
+        };
+        let ms = Duration::from_millis;
+        assert!(plan(Duration::ZERO).expired(Duration::ZERO));
+        assert!(plan(Duration::from_nanos(1)).expired(ms(1)));
+        assert!(plan(Duration::from_micros(999)).expired(ms(1)));
+        assert!(!plan(ms(1)).expired(ms(1)));
+        assert!(!plan(Duration::from_nanos(1)).expired(Duration::ZERO));
+    }
+
+    #[test]
+    fn stats_slots_follow_the_header_list() {
+        let headers = [
+            DeadlineHeader::GrpcTimeout,
+            DeadlineHeader::ConnectTimeoutMs,
+            DeadlineHeader::EnvoyExpectedRqTimeoutMs,
+            DeadlineHeader::RequestDeadline,
+        ];
+        let slots: Vec<_> = headers.iter().map(|&h| slot(h)).collect();
+        assert_eq!(slots, [Some(0), Some(1), Some(2), Some(3)]);
     }
 
     #[test]
