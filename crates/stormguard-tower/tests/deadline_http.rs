@@ -2,19 +2,13 @@
 //! hyper client, all on one current-thread runtime under paused tokio time, so every figure a
 //! server sees is exact.
 //!
-//! # Why the clock is held
-//!
-//! With time paused, tokio advances the clock by itself whenever the runtime has nothing to run
-//! ("auto-advance"), straight to the next pending timer. Over real sockets the runtime also has
-//! nothing to run while bytes are in flight between a write and the peer's readiness, so an
-//! auto-advance could land in the middle of an exchange: the clock would jump to the next
-//! pending timer, which here is a request's deadline, and the request would time out. Whether
-//! that happens depends on how the kernel schedules loopback delivery, so it is not
-//! deterministic. Every test therefore holds the clock ([`ClockHold`]: tokio does not
-//! auto-advance while a `spawn_blocking` task runs) and moves it only with
-//! `tokio::time::advance`, at a point the test has reached (say "the handler is asleep"). No
-//! time passes during I/O, and every value is compared exactly.
+//! Every test holds the clock ([`ClockHold`], see `support/clock_hold.rs` for why) and moves
+//! it only with `tokio::time::advance`, at a point it has reached (say "the handler is
+//! asleep"): no time passes during I/O, and every value is compared exactly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/clock_hold.rs"]
+mod clock_hold;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,41 +33,9 @@ use stormguard_tower::deadline::{
 use tokio::sync::mpsc;
 use tower::ServiceExt;
 
-/// Real time after which a test that got no answer fails instead of hanging.
-const PATIENCE: Duration = Duration::from_secs(30);
+use clock_hold::ClockHold;
+
 const MS: fn(u64) -> Duration = Duration::from_millis;
-
-/// Keeps tokio's paused clock from auto-advancing while it lives: tokio does not auto-advance
-/// while a `spawn_blocking` task runs (`tokio::time::pause`, "Preventing auto-advance"). The
-/// blocking task waits until the hold is dropped, or gives up after [`PATIENCE`] of real time,
-/// which [`ClockHold::within`] turns into a test failure.
-struct ClockHold {
-    _release: std::sync::mpsc::Sender<()>,
-    patience: tokio::task::JoinHandle<()>,
-}
-
-impl ClockHold {
-    fn new() -> ClockHold {
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let patience = tokio::task::spawn_blocking(move || {
-            // Returns when the sender is dropped (the hold ends), or after PATIENCE.
-            let _ = released.recv_timeout(PATIENCE);
-        });
-        ClockHold {
-            _release: release,
-            patience,
-        }
-    }
-
-    /// Runs `future` to its end, or fails the test after [`PATIENCE`] of real time.
-    async fn within<F: Future>(&mut self, future: F) -> F::Output {
-        tokio::select! {
-            biased;
-            out = future => out,
-            _ = &mut self.patience => panic!("no answer within {PATIENCE:?} of real time"),
-        }
-    }
-}
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 

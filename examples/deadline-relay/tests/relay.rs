@@ -2,17 +2,12 @@
 //! current-thread runtime under paused tokio time: every hop's figures are exact, and the
 //! seeds' table holds to the nanosecond.
 //!
-//! # Why the clock is held
-//!
-//! With time paused, tokio advances the clock by itself whenever the runtime has nothing to
-//! run, straight to the next pending timer. Over real sockets the runtime also has nothing to
-//! run while bytes are in flight between a write and the peer's readiness, so that jump could
-//! land in the middle of the chain's exchanges: on a hop's deadline or own timeout, ending the
-//! call early. Whether it happens depends on how the kernel schedules loopback delivery, so it
-//! is not deterministic. The tests therefore hold the clock ([`ClockHold`]: tokio does not
-//! auto-advance while a `spawn_blocking` task runs) and move it only with
-//! `tokio::time::advance`, once C has been reached. No time passes in transit.
+//! The clock is held ([`ClockHold`], see `clock_hold.rs` for why): it moves only by
+//! `tokio::time::advance`, once C has been reached, so no time passes in transit.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../../crates/stormguard-tower/tests/support/clock_hold.rs"]
+mod clock_hold;
 
 use std::time::Duration;
 
@@ -20,41 +15,9 @@ use deadline_relay::{ENTRY_BUDGET, Outcome, Relay, answer_for, seeds_hops};
 use http::StatusCode;
 use stormguard::deadline::DeadlineHeader;
 
-/// Real time after which a test that got no answer fails instead of hanging.
-const PATIENCE: Duration = Duration::from_secs(30);
+use clock_hold::ClockHold;
+
 const MS: fn(u64) -> Duration = Duration::from_millis;
-
-/// Keeps tokio's paused clock from auto-advancing while it lives: tokio does not auto-advance
-/// while a `spawn_blocking` task runs (`tokio::time::pause`, "Preventing auto-advance"). The
-/// blocking task waits until the hold is dropped, or gives up after [`PATIENCE`] of real time,
-/// which [`ClockHold::within`] turns into a test failure.
-struct ClockHold {
-    _release: std::sync::mpsc::Sender<()>,
-    patience: tokio::task::JoinHandle<()>,
-}
-
-impl ClockHold {
-    fn new() -> ClockHold {
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let patience = tokio::task::spawn_blocking(move || {
-            // Returns when the sender is dropped (the hold ends), or after PATIENCE.
-            let _ = released.recv_timeout(PATIENCE);
-        });
-        ClockHold {
-            _release: release,
-            patience,
-        }
-    }
-
-    /// Runs `future` to its end, or fails the test after [`PATIENCE`] of real time.
-    async fn within<F: Future>(&mut self, future: F) -> F::Output {
-        tokio::select! {
-            biased;
-            out = future => out,
-            _ = &mut self.patience => panic!("no answer within {PATIENCE:?} of real time"),
-        }
-    }
-}
 
 /// Calls the gateway; once C has started its work, moves the paused clock by `then`.
 async fn call_advancing_at_c(

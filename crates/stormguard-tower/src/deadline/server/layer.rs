@@ -1,31 +1,14 @@
-//! The server side: read the deadline a request announces, make it the handler's current
-//! deadline, and stop the handler when it passes.
-//!
-//! A server that ignores its caller's deadline keeps working after nobody waits for the
-//! answer, and keeps loading its own dependencies while it does. Under overload that wasted
-//! work is what keeps the overload going (a queue of requests whose callers have all left).
-//! So this layer refuses a request whose deadline has already passed without running the
-//! handler at all, and drops the handler's future (cancelling everything it awaits) the moment
-//! the deadline passes.
+//! The server layer's configuration: which headers, which policies, which bounds.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Request, Response};
-use http_body_util::Either;
-use pin_project_lite::pin_project;
-use stormguard::clock::Clock;
-use stormguard::deadline::{self, DeadlineHeader, DeadlineHeaders, Selection, WallClock};
+use stormguard::deadline::{DeadlineHeaders, Selection, WallClock};
 use tower_layer::Layer;
-use tower_service::Service;
 
-use super::error::InvalidDeadlineConfig;
-use super::reply::{DeadlineBody, ReplyForm};
-use crate::wire;
+use super::stats::{ServerCounters, ServerStats};
+use super::{Deadline, Shared};
+use crate::deadline::error::InvalidDeadlineConfig;
 
 /// The least time a request must have left to be run, unless configured otherwise.
 const DEFAULT_MIN_REMAINING: Duration = Duration::from_millis(1);
@@ -51,101 +34,16 @@ pub enum MalformedPolicy {
     Reject,
 }
 
-/// The deadline the server layer set for a request, put into the request's extensions for
-/// the handler (axum: `Extension<IncomingDeadline>`).
+/// What a [`DeadlineLayer`] was configured with, shared by the services it makes.
 #[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct IncomingDeadline {
-    /// The deadline the handler runs under (also its task's current deadline).
-    pub deadline: deadline::Deadline,
-    /// The header it came from; `None` when the request had none and the server default
-    /// applied.
-    pub header: Option<DeadlineHeader>,
-    /// Whether the server maximum shortened what the request asked for.
-    pub capped: bool,
-}
-
-/// Counters of the server layer, read with [`DeadlineLayer::stats`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ServerStats {
-    /// Requests refused on arrival because their deadline had already passed, or left less
-    /// than the minimum time ([`DeadlineLayer::with_min_remaining`]).
-    pub refused_expired: u64,
-    /// Handlers cancelled because the deadline passed while they ran.
-    pub cancelled: u64,
-    /// Requests refused because of a malformed deadline header ([`MalformedPolicy::Reject`]).
-    pub rejected_malformed: u64,
-    /// Malformed or repeated deadline headers seen, whatever the policy.
-    pub malformed_headers: u64,
-    /// Per header, in [`DeadlineHeaders::ALL`] order.
-    malformed_by_header: [u64; 4],
-}
-
-/// The position of `header` in [`DeadlineHeaders::ALL`]: the index of its counter.
-fn slot(header: DeadlineHeader) -> Option<usize> {
-    DeadlineHeaders::ALL.iter().position(|h| h == header)
-}
-
-impl ServerStats {
-    /// Malformed or repeated values of `header` seen.
-    pub fn malformed(&self, header: DeadlineHeader) -> u64 {
-        slot(header)
-            .and_then(|i| self.malformed_by_header.get(i))
-            .copied()
-            .unwrap_or(0)
-    }
-}
-
-#[derive(Debug, Default)]
-struct ServerCounters {
-    refused_expired: AtomicU64,
-    cancelled: AtomicU64,
-    rejected_malformed: AtomicU64,
-    malformed: [AtomicU64; 4],
-}
-
-impl ServerCounters {
-    fn header_error(&self, header: DeadlineHeader) {
-        if let Some(counter) = slot(header).and_then(|i| self.malformed.get(i)) {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-        #[cfg(feature = "metrics")]
-        metrics::counter!(crate::metric_names::DEADLINE_HEADER_ERRORS, "header" => header.name())
-            .increment(1);
-    }
-
-    fn dropped(&self, counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-        #[cfg(feature = "metrics")]
-        metrics::counter!(crate::metric_names::DEADLINE_DROPS, "side" => "server").increment(1);
-    }
-
-    fn snapshot(&self) -> ServerStats {
-        let malformed_by_header = [0, 1, 2, 3].map(|i| {
-            self.malformed
-                .get(i)
-                .map_or(0, |c| c.load(Ordering::Relaxed))
-        });
-        ServerStats {
-            refused_expired: self.refused_expired.load(Ordering::Relaxed),
-            cancelled: self.cancelled.load(Ordering::Relaxed),
-            rejected_malformed: self.rejected_malformed.load(Ordering::Relaxed),
-            malformed_headers: malformed_by_header.iter().sum(),
-            malformed_by_header,
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-struct ServerConfig {
-    headers: DeadlineHeaders,
-    selection: Selection,
-    malformed: MalformedPolicy,
-    max: Option<Duration>,
-    default: Option<Duration>,
-    min_remaining: Duration,
-    wall: WallClock,
+pub(super) struct ServerConfig {
+    pub(super) headers: DeadlineHeaders,
+    pub(super) selection: Selection,
+    pub(super) malformed: MalformedPolicy,
+    pub(super) max: Option<Duration>,
+    pub(super) default: Option<Duration>,
+    pub(super) min_remaining: Duration,
+    pub(super) wall: WallClock,
 }
 
 impl Default for ServerConfig {
@@ -378,198 +276,6 @@ impl<S> Layer<S> for DeadlineLayer {
     }
 }
 
-#[derive(Debug)]
-struct Shared {
-    config: ServerConfig,
-    counters: Arc<ServerCounters>,
-}
-
-/// The service [`DeadlineLayer`] wraps around a handler.
-#[derive(Clone, Debug)]
-pub struct Deadline<S> {
-    inner: S,
-    shared: Arc<Shared>,
-}
-
-impl<S> Deadline<S> {
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-}
-
-/// The deadline the request gets, before the expiry check: `None` to pass it through.
-fn effective(config: &ServerConfig, announced: Option<(DeadlineHeader, Duration)>) -> Option<Plan> {
-    let (header, asked) = match (announced, config.default) {
-        (Some((header, remaining)), _) => (Some(header), remaining),
-        (None, Some(default)) => (None, default),
-        (None, None) => return None,
-    };
-    let capped = config.max.is_some_and(|max| max < asked);
-    let remaining = config.max.map_or(asked, |max| max.min(asked));
-    Some(Plan {
-        header,
-        remaining,
-        capped,
-    })
-}
-
-struct Plan {
-    header: Option<DeadlineHeader>,
-    remaining: Duration,
-    capped: bool,
-}
-
-impl Plan {
-    /// Whether the request is refused as expired: no time left, or less than the minimum.
-    fn expired(&self, min_remaining: Duration) -> bool {
-        self.remaining.is_zero() || self.remaining < min_remaining
-    }
-}
-
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Deadline<S>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    S::Future: Send + 'static,
-    S::Error: 'static,
-    ResBody: 'static,
-{
-    type Response = Response<DeadlineBody<ResBody>>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
-        let shared = &*self.shared;
-        let config = &shared.config;
-        let reading = wire::read_deadline(
-            req.headers(),
-            config.headers,
-            config.selection,
-            &config.wall,
-        );
-        for error in reading.errors() {
-            shared.counters.header_error(error.header());
-            #[cfg(feature = "tracing")]
-            tracing::debug!(header = error.header().name(), %error, "malformed deadline header");
-        }
-        if config.malformed == MalformedPolicy::Reject {
-            if let Some(error) = reading.first_error() {
-                shared
-                    .counters
-                    .rejected_malformed
-                    .fetch_add(1, Ordering::Relaxed);
-                let form = ReplyForm::of(req.headers());
-                return ResponseFuture::ready(form.invalid_header(&error.to_string()));
-            }
-        }
-        let announced = reading.found.map(|f| (f.header, f.remaining));
-        let Some(plan) = effective(config, announced) else {
-            return ResponseFuture::inner(self.inner.call(req));
-        };
-        let form = ReplyForm::of(req.headers());
-        if plan.expired(config.min_remaining) {
-            shared.counters.dropped(&shared.counters.refused_expired);
-            #[cfg(feature = "tracing")]
-            tracing::debug!(
-                remaining_ns = u64::try_from(plan.remaining.as_nanos()).unwrap_or(u64::MAX),
-                "request refused: its deadline has passed or is about to"
-            );
-            return ResponseFuture::ready(form.deadline_exceeded());
-        }
-        let deadline = deadline::Deadline::after(plan.remaining, Clock::tokio());
-        req.extensions_mut().insert(IncomingDeadline {
-            deadline: deadline.clone(),
-            header: plan.header,
-            capped: plan.capped,
-        });
-        let handler = self.inner.call(req);
-        let at = tokio::time::Instant::from_std(deadline.instant());
-        let shared = Arc::clone(&self.shared);
-        ResponseFuture::bounded(Box::pin(async move {
-            match tokio::time::timeout_at(at, deadline::scope(deadline, handler)).await {
-                Ok(result) => result.map(|response| response.map(Either::Left)),
-                Err(_elapsed) => {
-                    shared.counters.dropped(&shared.counters.cancelled);
-                    #[cfg(feature = "tracing")]
-                    tracing::debug!("handler cancelled: the request's deadline passed");
-                    Ok(form.deadline_exceeded())
-                }
-            }
-        }))
-    }
-}
-
-type BoxedResponse<B, E> =
-    Pin<Box<dyn Future<Output = Result<Response<DeadlineBody<B>>, E>> + Send>>;
-
-pin_project! {
-    /// The response future of [`Deadline`].
-    ///
-    /// A request without a deadline polls the handler's future directly; a request with one
-    /// runs it boxed under a timer (one allocation, because the task-scoped deadline future of
-    /// the core cannot be named in a type).
-    pub struct ResponseFuture<F, B, E> {
-        #[pin]
-        state: State<F, B, E>,
-    }
-}
-
-pin_project! {
-    #[project = StateProj]
-    enum State<F, B, E> {
-        Ready { response: Option<Response<DeadlineBody<B>>> },
-        Inner { #[pin] future: F },
-        Bounded { future: BoxedResponse<B, E> },
-    }
-}
-
-impl<F, B, E> ResponseFuture<F, B, E> {
-    fn ready(response: Response<DeadlineBody<B>>) -> Self {
-        ResponseFuture {
-            state: State::Ready {
-                response: Some(response),
-            },
-        }
-    }
-
-    fn inner(future: F) -> Self {
-        ResponseFuture {
-            state: State::Inner { future },
-        }
-    }
-
-    fn bounded(future: BoxedResponse<B, E>) -> Self {
-        ResponseFuture {
-            state: State::Bounded { future },
-        }
-    }
-}
-
-impl<F, B, E> Future for ResponseFuture<F, B, E>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-{
-    type Output = Result<Response<DeadlineBody<B>>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            StateProj::Ready { response } => match response.take() {
-                Some(response) => Poll::Ready(Ok(response)),
-                // Polled again after completing: a caller bug; stay pending rather than panic.
-                None => Poll::Pending,
-            },
-            StateProj::Inner { future } => future
-                .poll(cx)
-                .map(|result| result.map(|response| response.map(Either::Left))),
-            StateProj::Bounded { future } => future.as_mut().poll(cx),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,54 +345,5 @@ mod tests {
                 .validate()
                 .is_ok()
         );
-    }
-
-    #[test]
-    fn expiry_is_below_the_minimum_or_nothing_left() {
-        let plan = |remaining| Plan {
-            header: None,
-            remaining,
-            capped: false,
-        };
-        let ms = Duration::from_millis;
-        assert!(plan(Duration::ZERO).expired(Duration::ZERO));
-        assert!(plan(Duration::from_nanos(1)).expired(ms(1)));
-        assert!(plan(Duration::from_micros(999)).expired(ms(1)));
-        assert!(!plan(ms(1)).expired(ms(1)));
-        assert!(!plan(Duration::from_nanos(1)).expired(Duration::ZERO));
-    }
-
-    #[test]
-    fn stats_slots_follow_the_header_list() {
-        let headers = [
-            DeadlineHeader::GrpcTimeout,
-            DeadlineHeader::ConnectTimeoutMs,
-            DeadlineHeader::EnvoyExpectedRqTimeoutMs,
-            DeadlineHeader::RequestDeadline,
-        ];
-        let slots: Vec<_> = headers.iter().map(|&h| slot(h)).collect();
-        assert_eq!(slots, [Some(0), Some(1), Some(2), Some(3)]);
-    }
-
-    #[test]
-    fn plan_applies_default_then_max() {
-        let ms = Duration::from_millis;
-        let config = ServerConfig {
-            max: Some(ms(500)),
-            default: Some(ms(100)),
-            ..ServerConfig::default()
-        };
-        let plan = effective(&config, None).expect("default applies");
-        assert_eq!(
-            (plan.header, plan.remaining, plan.capped),
-            (None, ms(100), false)
-        );
-        let plan = effective(&config, Some((DeadlineHeader::GrpcTimeout, ms(900))))
-            .expect("header applies");
-        assert_eq!(
-            (plan.header, plan.remaining, plan.capped),
-            (Some(DeadlineHeader::GrpcTimeout), ms(500), true)
-        );
-        assert!(effective(&ServerConfig::default(), None).is_none());
     }
 }
