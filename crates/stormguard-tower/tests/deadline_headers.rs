@@ -1,6 +1,6 @@
-//! Property tests of the deadline header selection: which header wins under each precedence
-//! rule, which errors are reported, and that no bytes make the reader or the server layer
-//! panic.
+//! Property tests of the deadline header selection over an `http::HeaderMap`
+//! ([`stormguard_tower::wire::read_deadline`]): which header wins under each precedence rule,
+//! which errors are reported, and that no bytes make the reader or the server layer panic.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::convert::Infallible;
@@ -8,10 +8,9 @@ use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use proptest::prelude::*;
-use stormguard_tower::deadline::{
-    DeadlineHeader, DeadlineHeaders, DeadlineLayer, HeaderReader, MalformedPolicy, Selection,
-    WallClock,
-};
+use stormguard::deadline::{DeadlineHeader, DeadlineHeaders, Selection, WallClock};
+use stormguard_tower::deadline::{DeadlineLayer, MalformedPolicy};
+use stormguard_tower::wire::read_deadline;
 use tower::{Layer, ServiceExt, service_fn};
 
 const ALL: [DeadlineHeader; 4] = [
@@ -59,14 +58,21 @@ fn header_list() -> impl Strategy<Value = Vec<DeadlineHeader>> {
         .prop_flat_map(|all| (1usize..=4).prop_map(move |n| all[..n].to_vec()))
 }
 
-/// What one header on its own says: absent, an error, or the time left.
-fn alone(map: &HeaderMap, header: DeadlineHeader) -> Option<Result<Duration, ()>> {
+/// What one header on its own says: `None` when absent, else whether it is reported as an
+/// error (malformed, or repeated) and the time left it still counts for (a repeated header
+/// counts as its earliest valid value).
+fn alone(map: &HeaderMap, header: DeadlineHeader) -> Option<(bool, Option<Duration>)> {
     let values: Vec<_> = map.get_all(header.name()).iter().collect();
-    match values.as_slice() {
-        [] => None,
-        [one] => Some(header.parse(one.as_bytes(), &wall()).map_err(|_| ())),
-        _ => Some(Err(())),
+    if values.is_empty() {
+        return None;
     }
+    let parsed: Vec<_> = values
+        .iter()
+        .map(|v| header.parse(v.as_bytes(), &wall()))
+        .collect();
+    let error = values.len() > 1 || parsed.iter().any(Result::is_err);
+    let earliest = parsed.into_iter().filter_map(Result::ok).min();
+    Some((error, earliest))
 }
 
 proptest! {
@@ -74,18 +80,20 @@ proptest! {
     fn selection_matches_a_reference_model(map in header_map(), list in header_list()) {
         let headers = DeadlineHeaders::new(&list).unwrap();
 
-        // First present: the first listed header that is valid; errors before it.
-        let reading = HeaderReader::new(headers, Selection::FirstPresent).read(&map, &wall());
+        // First present: the first listed header with a valid value; errors up to it.
+        let reading = read_deadline(&map, headers, Selection::FirstPresent, &wall());
         let mut expected_errors = Vec::new();
         let mut expected = None;
         for &header in &list {
-            match alone(&map, header) {
-                None => {}
-                Some(Err(())) => expected_errors.push(header),
-                Some(Ok(left)) => {
-                    expected = Some((header, left));
-                    break;
-                }
+            let Some((error, left)) = alone(&map, header) else {
+                continue;
+            };
+            if error {
+                expected_errors.push(header);
+            }
+            if let Some(left) = left {
+                expected = Some((header, left));
+                break;
             }
         }
         prop_assert_eq!(reading.found.map(|f| (f.header, f.remaining)), expected);
@@ -94,17 +102,18 @@ proptest! {
 
         // Earliest: the smallest time left among all valid listed headers, ties to the
         // earlier in the list; every invalid one reported.
-        let reading = HeaderReader::new(headers, Selection::Earliest).read(&map, &wall());
+        let reading = read_deadline(&map, headers, Selection::Earliest, &wall());
         let mut expected_errors = Vec::new();
         let mut expected: Option<(DeadlineHeader, Duration)> = None;
         for &header in &list {
-            match alone(&map, header) {
-                None => {}
-                Some(Err(())) => expected_errors.push(header),
-                Some(Ok(left)) if expected.is_none_or(|(_, best)| left < best) => {
-                    expected = Some((header, left));
-                }
-                Some(Ok(_)) => {}
+            let Some((error, left)) = alone(&map, header) else {
+                continue;
+            };
+            if error {
+                expected_errors.push(header);
+            }
+            if let Some(left) = left.filter(|&l| expected.is_none_or(|(_, best)| l < best)) {
+                expected = Some((header, left));
             }
         }
         prop_assert_eq!(reading.found.map(|f| (f.header, f.remaining)), expected);
@@ -138,7 +147,7 @@ proptest! {
             request.headers_mut().insert("content-type", HeaderValue::from_static("application/grpc"));
         }
         let response = runtime.block_on(service.oneshot(request)).unwrap();
-        let reading = HeaderReader::default().read(&map, &wall());
+        let reading = read_deadline(&map, DeadlineHeaders::ALL, Selection::Earliest, &wall());
         let status = response.status();
         let grpc_status = response.headers().get("grpc-status").cloned();
         if reject && reading.first_error().is_some() {
@@ -147,7 +156,8 @@ proptest! {
             } else {
                 prop_assert_eq!(status, StatusCode::BAD_REQUEST);
             }
-        } else if reading.found.is_some_and(|f| f.remaining.is_zero()) {
+        } else if reading.found.is_some_and(|f| f.remaining < Duration::from_millis(1)) {
+            // Expired, or below the default minimum of 1 ms left.
             if grpc {
                 prop_assert_eq!(grpc_status, Some(HeaderValue::from_static("4")));
             } else {

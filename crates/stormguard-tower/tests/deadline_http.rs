@@ -1,7 +1,14 @@
 //! The deadline layers on real HTTP servers (axum on 127.0.0.1, ephemeral ports) and a real
-//! hyper client, in real time. No assertion is about how long something took: values the
-//! servers saw are compared with values computed by the sender, with a tolerance.
+//! hyper client, all on one current-thread runtime under paused tokio time, so every figure a
+//! server sees is exact.
+//!
+//! Every test holds the clock ([`ClockHold`], see `support/clock_hold.rs` for why) and moves
+//! it only with `tokio::time::advance`, at a point it has reached (say "the handler is
+//! asleep"): no time passes during I/O, and every value is compared exactly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/clock_hold.rs"]
+mod clock_hold;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,18 +25,17 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use stormguard::deadline::{self, Reserve, parse_grpc_timeout};
+use stormguard::clock::Clock;
+use stormguard::deadline::{self, DeadlineHeaders, Reserve, WallClock};
 use stormguard_tower::deadline::{
-    DeadlineHeaders, DeadlineLayer, DeadlineTooClose, MalformedPolicy, PropagateDeadline,
-    PropagateDeadlineLayer,
+    DeadlineLayer, IncomingDeadline, MalformedPolicy, PropagateDeadline, PropagateDeadlineLayer,
 };
 use tokio::sync::mpsc;
 use tower::ServiceExt;
 
-/// Generous bound on any single exchange, so a broken test fails instead of hanging.
-const PATIENCE: Duration = Duration::from_secs(20);
-/// How far the header a downstream saw may be from what the sender computed.
-const TOLERANCE: Duration = Duration::from_millis(5);
+use clock_hold::ClockHold;
+
+const MS: fn(u64) -> Duration = Duration::from_millis;
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
@@ -44,7 +50,7 @@ async fn serve(router: Router) -> SocketAddr {
     addr
 }
 
-/// Sends a GET with `headers` and returns status, headers and body text.
+/// Sends a GET with `headers` (a name may repeat) and returns status, headers and body text.
 async fn get_with(
     addr: SocketAddr,
     path: &str,
@@ -55,10 +61,7 @@ async fn get_with(
         builder = builder.header(*name, value.as_str());
     }
     let request = builder.body(Full::new(Bytes::new())).unwrap();
-    let response = tokio::time::timeout(PATIENCE, client().request(request))
-        .await
-        .expect("answered in time")
-        .unwrap();
+    let response = client().request(request).await.unwrap();
     let (parts, body) = response.into_parts();
     let bytes = body.collect().await.unwrap().to_bytes();
     (
@@ -68,27 +71,45 @@ async fn get_with(
     )
 }
 
+/// Wall-clock time moving with tokio's paused clock (for `x-request-deadline`).
+fn paused_wall() -> WallClock {
+    WallClock::from_clock(Clock::tokio())
+}
+
 fn epoch_millis(at: SystemTime) -> u128 {
     at.duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
-        .as_millis()
+        .as_nanos()
+        .div_ceil(1_000_000)
 }
 
-/// Reports the deadline headers it received and the time left it runs under.
-async fn report(headers: HeaderMap) -> String {
+/// Reports the deadline headers it received, the time left it runs under and the header that
+/// time came from.
+async fn report(headers: HeaderMap, incoming: Option<IncomingDeadline>) -> String {
     let get = |name: &str| {
-        headers
-            .get(name)
+        let values: Vec<_> = headers
+            .get_all(name)
+            .iter()
             .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default()
+            .collect();
+        values.join(",")
     };
-    let left = deadline::current().map(|d| d.remaining().as_nanos());
+    let left = deadline::current().map(|d| d.remaining());
+    let via = incoming.and_then(|i| i.header).map(|h| h.name());
     format!(
-        "{}|{}|{}|{}",
+        "{}|{}|{}|{}|{left:?}|{via:?}",
         get("grpc-timeout"),
         get("connect-timeout-ms"),
+        get("x-envoy-expected-rq-timeout-ms"),
         get("x-request-deadline"),
-        left.unwrap_or(0)
+    )
+}
+
+fn report_route() -> axum::routing::MethodRouter {
+    get(
+        |headers: HeaderMap, incoming: Option<axum::Extension<IncomingDeadline>>| {
+            report(headers, incoming.map(|e| e.0))
+        },
     )
 }
 
@@ -96,139 +117,158 @@ async fn report(headers: HeaderMap) -> String {
 struct Top {
     bottom: SocketAddr,
     client: PropagateDeadline<HttpClient>,
-    reserve: Reserve,
 }
 
-/// Calls the bottom hop under the current deadline and returns what the top computed just
-/// before the call (time to hand downstream, and its wall-clock deadline) with the bottom's
-/// report.
+/// Calls the bottom hop under the current deadline; answers with the time it had and the
+/// bottom's report.
 async fn top_handler(State(top): State<Top>) -> Result<String, (StatusCode, String)> {
-    let current = deadline::current().expect("the top runs under a deadline");
-    let had = current.remaining();
-    // What `Deadline::child` hands on, computed from the same reading of the clock.
-    let expected = had.saturating_sub(top.reserve.kept_from(had));
-    let expected_abs = SystemTime::now() + expected;
+    let had = deadline::current().map(|d| d.remaining());
     let request = Request::get(format!("http://{}/report", top.bottom))
         .body(Full::new(Bytes::new()))
         .unwrap();
-    let response = top.client.oneshot(request).await.map_err(|e| {
-        let status = if e.downcast_ref::<DeadlineTooClose>().is_some() {
-            StatusCode::SERVICE_UNAVAILABLE
-        } else {
-            StatusCode::BAD_GATEWAY
-        };
-        (status, e.to_string())
-    })?;
+    let response = top
+        .client
+        .oneshot(request)
+        .await
+        .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    Ok(format!(
-        "{}|{}|{}|{}",
-        had.as_nanos(),
-        expected.as_nanos(),
-        epoch_millis(expected_abs),
-        String::from_utf8_lossy(&bytes)
-    ))
+    Ok(format!("{had:?} -> {}", String::from_utf8_lossy(&bytes)))
 }
 
 struct Chain {
     top: SocketAddr,
+    top_layer: DeadlineLayer,
     bottom_calls: Arc<AtomicUsize>,
 }
 
-async fn chain(reserve: Reserve, min_call: Duration) -> Chain {
+async fn chain(reserve: Reserve, min_call: Duration, wall: &WallClock) -> Chain {
     let bottom_calls = Arc::new(AtomicUsize::new(0));
     let calls = Arc::clone(&bottom_calls);
     let bottom = Router::new()
         .route(
             "/report",
-            get(move |headers: HeaderMap| {
-                calls.fetch_add(1, Ordering::SeqCst);
-                report(headers)
-            }),
+            get(
+                move |headers: HeaderMap, incoming: axum::Extension<IncomingDeadline>| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    report(headers, Some(incoming.0))
+                },
+            ),
         )
-        .layer(DeadlineLayer::new());
+        .layer(DeadlineLayer::new().with_wall_clock(wall.clone()));
     let bottom = serve(bottom).await;
     let propagate = PropagateDeadlineLayer::new()
         .with_reserve(reserve)
         .with_min_call(min_call)
         .with_headers(DeadlineHeaders::ALL)
+        .with_wall_clock(wall.clone())
         .validate()
         .unwrap();
     let top = Top {
         bottom,
         client: tower::Layer::layer(&propagate, client()),
-        reserve,
     };
+    let top_layer = DeadlineLayer::new().with_wall_clock(wall.clone());
     let top = Router::new()
         .route("/", get(top_handler))
         .with_state(top)
-        .layer(DeadlineLayer::new());
+        .layer(top_layer.clone());
     Chain {
         top: serve(top).await,
+        top_layer,
         bottom_calls,
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bottom_receives_what_the_top_had_minus_the_reserve() {
-    let reserve = Reserve::fraction(0.1)
-        .unwrap()
-        .with_fixed(Duration::from_millis(20));
-    let chain = chain(reserve, Duration::ZERO).await;
-    let (status, _, body) = get_with(chain.top, "/", &[("grpc-timeout", "2S".into())]).await;
+    let mut hold = ClockHold::new();
+    let wall = paused_wall();
+    let reserve = Reserve::fraction(0.1).unwrap().with_fixed(MS(20));
+    let chain = chain(reserve, Duration::ZERO, &wall).await;
+    let (status, _, body) = hold
+        .within(get_with(chain.top, "/", &[("grpc-timeout", "2S".into())]))
+        .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let fields: Vec<&str> = body.split('|').collect();
-    let nanos = |s: &str| Duration::from_nanos(s.parse().unwrap());
-    let had = nanos(fields[0]);
-    let expected = nanos(fields[1]);
-    let expected_abs: u128 = fields[2].parse().unwrap();
-    let (grpc, connect, absolute) = (fields[3], fields[4], fields[5]);
-    let bottom_left = nanos(fields[6]);
 
-    // The top had at most the 2 s it was sent, and handed on what it had minus the reserve.
-    assert!(had <= Duration::from_secs(2), "top had {had:?}");
-    assert!(expected < had);
-    // The bottom saw that value, within the tolerance, in every format.
-    let grpc = parse_grpc_timeout(grpc.as_bytes()).unwrap();
-    assert!(
-        grpc.abs_diff(expected) <= TOLERANCE,
-        "grpc-timeout {grpc:?} vs expected {expected:?}"
+    // The top had the 2 s it was sent, kept 10 % + 20 ms and handed on 1780 ms, in every
+    // format; x-request-deadline is the wall-clock time now plus 1780 ms, rounded up to the
+    // millisecond. The bottom runs under the earliest: 1780 ms, from grpc-timeout (the list
+    // order breaks the tie with the millisecond headers).
+    let absolute = epoch_millis(wall.now() + MS(1780));
+    assert_eq!(
+        body,
+        format!("Some(2s) -> 1780000u|1780|1780|{absolute}|Some(1.78s)|Some(\"grpc-timeout\")")
     );
-    let connect = Duration::from_millis(connect.parse().unwrap());
-    assert!(
-        connect.abs_diff(expected) <= TOLERANCE,
-        "connect-timeout-ms {connect:?} vs expected {expected:?}"
-    );
-    let absolute: u128 = absolute.parse().unwrap();
-    assert!(
-        absolute.abs_diff(expected_abs) <= TOLERANCE.as_millis(),
-        "x-request-deadline {absolute} vs expected {expected_abs}"
-    );
-    // The downstream never gets more than the sender meant (the grpc encoding rounds up by
-    // less than a microsecond), and the bottom runs under it.
-    assert!(grpc <= expected + Duration::from_micros(1));
-    assert!(bottom_left > Duration::ZERO && bottom_left <= grpc);
     assert_eq!(chain.bottom_calls.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test]
-async fn propagate_refuses_to_send_below_the_minimum_useful_time() {
-    // 300 ms left, 100 ms kept, 500 ms needed: the bottom is never called.
-    let chain = chain(
-        Reserve::fixed(Duration::from_millis(100)),
-        Duration::from_millis(500),
+#[tokio::test(start_paused = true)]
+async fn a_repeated_deadline_header_leaves_the_request_with_the_earlier_deadline() {
+    let mut hold = ClockHold::new();
+    let wall = paused_wall();
+    let chain = chain(Reserve::fixed(MS(100)), Duration::ZERO, &wall).await;
+    // Two grpc-timeout headers: ignored as malformed (the default policy), the request still
+    // runs under the earlier of them, and hands that on downstream.
+    let repeated = [
+        ("grpc-timeout", "5S".to_owned()),
+        ("grpc-timeout", "2S".to_owned()),
+    ];
+    let (status, _, body) = hold.within(get_with(chain.top, "/", &repeated)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let absolute = epoch_millis(wall.now() + MS(1900));
+    assert_eq!(
+        body,
+        format!("Some(2s) -> 1900000u|1900|1900|{absolute}|Some(1.9s)|Some(\"grpc-timeout\")")
+    );
+    assert_eq!(chain.top_layer.stats().malformed_headers, 1);
+    assert_eq!(chain.top_layer.stats().rejected_malformed, 0);
+
+    // Under MalformedPolicy::Reject the same request is refused, naming the repeat.
+    let rejecting = DeadlineLayer::new().with_malformed(MalformedPolicy::Reject);
+    let addr = serve(
+        Router::new()
+            .route("/", report_route())
+            .layer(rejecting.clone()),
     )
     .await;
-    let (status, _, body) = get_with(chain.top, "/", &[("grpc-timeout", "300m".into())]).await;
+    let (status, _, body) = hold.within(get_with(addr, "/", &repeated)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body,
+        "grpc-timeout appears 2 times; a deadline header may appear only once\n"
+    );
+    assert_eq!(rejecting.stats().rejected_malformed, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn propagate_refuses_to_send_below_the_minimum_useful_time() {
+    let mut hold = ClockHold::new();
+    let chain = chain(Reserve::fixed(MS(100)), MS(500), &paused_wall()).await;
+    // 300 ms left, 100 ms kept, 500 ms needed: the bottom is never called.
+    let (status, _, body) = hold
+        .within(get_with(chain.top, "/", &[("grpc-timeout", "300m".into())]))
+        .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    assert!(body.starts_with("call not sent"), "{body}");
+    assert_eq!(
+        body,
+        "call not sent: 200ms left for downstream after the hop reserve, below the minimum useful call time of 500ms"
+    );
+    // 100 ms left, all kept: nothing is left for downstream.
+    let (status, _, body) = hold
+        .within(get_with(chain.top, "/", &[("grpc-timeout", "100m".into())]))
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body, "call not sent: the deadline has passed");
     assert_eq!(chain.bottom_calls.load(Ordering::SeqCst), 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn expired_request_is_refused_without_running_the_handler() {
+    let mut hold = ClockHold::new();
+    let wall = paused_wall();
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&calls);
-    let layer = DeadlineLayer::new();
+    let layer = DeadlineLayer::new().with_wall_clock(wall.clone());
     let router = Router::new()
         .route(
             "/",
@@ -240,27 +280,46 @@ async fn expired_request_is_refused_without_running_the_handler() {
         .layer(layer.clone());
     let addr = serve(router).await;
 
-    let past = epoch_millis(SystemTime::now() - Duration::from_secs(1)).to_string();
-    let (status, _, body) = get_with(addr, "/", &[("x-request-deadline", past.clone())]).await;
-    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
-    assert_eq!(body, "deadline exceeded\n");
-    let (status, headers, body) = get_with(
-        addr,
-        "/",
-        &[
-            ("x-request-deadline", past),
-            ("content-type", "application/grpc".into()),
-        ],
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(headers["grpc-status"], "4");
-    assert_eq!(body, "");
+    let past = epoch_millis(wall.now() - Duration::from_secs(1)).to_string();
+    for expired in [
+        ("x-request-deadline", past.clone()),
+        // 1 ns left: below the server's minimum of 1 ms, as good as expired.
+        ("grpc-timeout", "1n".to_owned()),
+    ] {
+        let (status, _, body) = hold.within(get_with(addr, "/", &[expired])).await;
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(body, "deadline exceeded\n");
+    }
+    for (content_type, answered) in [
+        ("application/grpc", "application/grpc"),
+        ("application/grpc-web+proto", "application/grpc-web+proto"),
+    ] {
+        let (status, headers, body) = hold
+            .within(get_with(
+                addr,
+                "/",
+                &[
+                    ("x-request-deadline", past.clone()),
+                    ("content-type", content_type.into()),
+                ],
+            ))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers["content-type"], answered);
+        assert_eq!(headers["grpc-status"], "4");
+        assert_eq!(body, "");
+    }
 
     assert_eq!(calls.load(Ordering::SeqCst), 0);
-    assert_eq!(layer.stats().refused_expired, 2);
+    assert_eq!(layer.stats().refused_expired, 4);
     // A request with time left runs.
-    let (status, _, body) = get_with(addr, "/", &[("connect-timeout-ms", "5000".into())]).await;
+    let (status, _, body) = hold
+        .within(get_with(
+            addr,
+            "/",
+            &[("connect-timeout-ms", "5000".into())],
+        ))
+        .await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, "ran"));
 }
 
@@ -273,9 +332,10 @@ impl Drop for DropGuard {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn handler_outliving_its_deadline_is_cancelled() {
-    let (dropped_tx, mut dropped_rx) = mpsc::unbounded_channel();
+    let mut hold = ClockHold::new();
+    let (events_tx, mut events) = mpsc::unbounded_channel();
     let finished = Arc::new(AtomicUsize::new(0));
     let finished_in_handler = Arc::clone(&finished);
     let layer = DeadlineLayer::new();
@@ -283,9 +343,10 @@ async fn handler_outliving_its_deadline_is_cancelled() {
         .route(
             "/slow",
             get(move || {
-                let guard = DropGuard(dropped_tx.clone());
+                let guard = DropGuard(events_tx.clone());
                 let finished = Arc::clone(&finished_in_handler);
                 async move {
+                    let _ = guard.0.send("asleep");
                     let _guard = guard;
                     tokio::time::sleep(Duration::from_secs(600)).await;
                     finished.fetch_add(1, Ordering::SeqCst);
@@ -296,35 +357,59 @@ async fn handler_outliving_its_deadline_is_cancelled() {
         .layer(layer.clone());
     let addr = serve(router).await;
 
-    let (status, _, body) = get_with(addr, "/slow", &[("grpc-timeout", "200m".into())]).await;
+    let start = tokio::time::Instant::now();
+    let headers = [("grpc-timeout", "200m".to_owned())];
+    let call = get_with(addr, "/slow", &headers);
+    let ((status, _, body), ()) = hold
+        .within(async {
+            tokio::join!(call, async {
+                assert_eq!(events.recv().await, Some("asleep"));
+                // The handler waits for 600 s; its deadline passes after 200.
+                tokio::time::advance(MS(200)).await;
+            })
+        })
+        .await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(body, "deadline exceeded\n");
-    let dropped = tokio::time::timeout(PATIENCE, dropped_rx.recv()).await;
-    assert_eq!(dropped.expect("dropped in time"), Some("dropped"));
+    assert_eq!(start.elapsed(), MS(200), "only the test moved the clock");
+    assert_eq!(
+        hold.within(events.recv()).await,
+        Some("dropped"),
+        "the handler's future was dropped"
+    );
     assert_eq!(finished.load(Ordering::SeqCst), 0);
     assert_eq!(layer.stats().cancelled, 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn malformed_headers_are_counted_and_ignored_or_rejected() {
+    let mut hold = ClockHold::new();
     let ignoring = DeadlineLayer::new();
     let rejecting = DeadlineLayer::new().with_malformed(MalformedPolicy::Reject);
-    let route = || get(|headers: HeaderMap| report(headers));
-    let ignore_addr = serve(Router::new().route("/", route()).layer(ignoring.clone())).await;
-    let reject_addr = serve(Router::new().route("/", route()).layer(rejecting.clone())).await;
+    let ignore_addr = serve(
+        Router::new()
+            .route("/", report_route())
+            .layer(ignoring.clone()),
+    )
+    .await;
+    let reject_addr = serve(
+        Router::new()
+            .route("/", report_route())
+            .layer(rejecting.clone()),
+    )
+    .await;
     let bad = [
         ("grpc-timeout", "1.5S".to_owned()),
         ("connect-timeout-ms", "800".to_owned()),
     ];
 
-    let (status, _, body) = get_with(ignore_addr, "/", &bad).await;
+    let (status, _, body) = hold.within(get_with(ignore_addr, "/", &bad)).await;
     assert_eq!(status, StatusCode::OK);
     // The connect-timeout-ms header still bounds the handler.
-    let left: u128 = body.rsplit('|').next().unwrap().parse().unwrap();
-    assert!(left > 0 && left <= Duration::from_millis(800).as_nanos());
+    assert_eq!(body, r#"1.5S|800|||Some(800ms)|Some("connect-timeout-ms")"#);
     assert_eq!(ignoring.stats().malformed_headers, 1);
 
-    let (status, _, body) = get_with(reject_addr, "/", &bad).await;
+    let (status, _, body) = hold.within(get_with(reject_addr, "/", &bad)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(
         body,

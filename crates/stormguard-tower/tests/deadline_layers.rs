@@ -11,12 +11,15 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use stormguard::admission::{DeadlineTooClose, Refusal};
 use stormguard::clock::Clock;
-use stormguard::deadline::{self, Deadline, Reserve};
-use stormguard_tower::deadline::{
-    BoxError, DeadlineBody, DeadlineHeader, DeadlineHeaders, DeadlineLayer, DeadlineTooClose,
-    IncomingDeadline, MalformedPolicy, PropagateDeadlineLayer, Selection, WallClock,
+use stormguard::deadline::{
+    self, Deadline, DeadlineHeader, DeadlineHeaders, Reserve, Selection, WallClock,
 };
+use stormguard_tower::deadline::{
+    DeadlineBody, DeadlineLayer, IncomingDeadline, MalformedPolicy, PropagateDeadlineLayer,
+};
+use stormguard_tower::wire::{BoxError, refusal_of};
 use tokio::sync::oneshot;
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -233,6 +236,9 @@ async fn expired_request_never_reaches_the_handler() {
     let past: &'static str = Box::leak(past.into_boxed_str());
     let cases = [
         request(&[("grpc-timeout", "0n")]),
+        // Time left, but below the default minimum of 1 ms: as good as expired.
+        request(&[("grpc-timeout", "1n")]),
+        request(&[("grpc-timeout", "999u")]),
         request(&[("connect-timeout-ms", "0")]),
         request(&[("x-request-deadline", past)]),
         // Earliest wins: the long grpc-timeout does not rescue it.
@@ -257,9 +263,72 @@ async fn expired_request_never_reaches_the_handler() {
     assert_eq!(response.headers()["grpc-status"], "4");
     assert!(http_body::Body::is_end_stream(response.body()));
 
+    // gRPC-Web: the same trailers-only answer, in the caller's own encoding.
+    let grpc_web = request(&[
+        ("content-type", "application/grpc-web-text+proto"),
+        ("grpc-timeout", "1n"),
+    ]);
+    let response = service.clone().oneshot(grpc_web).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/grpc-web-text+proto"
+    );
+    assert_eq!(response.headers()["grpc-status"], "4");
+    assert_eq!(response.headers()["grpc-message"], "deadline exceeded");
+    assert!(http_body::Body::is_end_stream(response.body()));
+
     assert_eq!(calls.load(Ordering::SeqCst), 0, "the handler never ran");
-    assert_eq!(layer.stats().refused_expired, 5);
+    assert_eq!(layer.stats().refused_expired, 8);
     assert_eq!(layer.stats().cancelled, 0);
+    // Exactly 1 ms left is enough to run.
+    let response = service
+        .clone()
+        .oneshot(request(&[("grpc-timeout", "1000u")]))
+        .await
+        .unwrap();
+    assert_eq!(
+        body_text(response).await,
+        r#"Some(1ms) Some("grpc-timeout")"#
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_minimum_time_left_is_configurable() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let text = |layer: &DeadlineLayer, timeout: &'static str| {
+        let service = layer.layer(counting_handler(Arc::clone(&calls)));
+        async move {
+            let response = service
+                .oneshot(request(&[("grpc-timeout", timeout)]))
+                .await
+                .unwrap();
+            (response.status(), body_text(response).await)
+        }
+    };
+    // Zero: only a request with nothing left is refused; 1 ns runs.
+    let zero = DeadlineLayer::new()
+        .with_min_remaining(Duration::ZERO)
+        .validate()
+        .unwrap();
+    assert_eq!(
+        text(&zero, "1n").await,
+        (StatusCode::OK, r#"Some(1ns) Some("grpc-timeout")"#.into())
+    );
+    assert_eq!(text(&zero, "0n").await.0, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(zero.stats().refused_expired, 1);
+    // 20 ms: a request with 19 ms left is refused, one with 20 ms runs.
+    let twenty = DeadlineLayer::new()
+        .with_min_remaining(MS(20))
+        .validate()
+        .unwrap();
+    assert_eq!(text(&twenty, "19m").await.0, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(
+        text(&twenty, "20m").await,
+        (StatusCode::OK, r#"Some(20ms) Some("grpc-timeout")"#.into())
+    );
+    assert_eq!(twenty.stats().refused_expired, 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
 
 /// Sends on its channel when dropped: proof that the handler's future was dropped.
@@ -336,10 +405,13 @@ async fn malformed_headers_are_ignored_and_counted() {
     ]);
     let response = service.clone().oneshot(req).await.unwrap();
     assert_eq!(body_text(response).await, "None None");
-    // Repeated header.
-    let req = request(&[("grpc-timeout", "1S"), ("grpc-timeout", "2S")]);
+    // A repeated header is counted, and the request keeps the earlier of its deadlines.
+    let req = request(&[("grpc-timeout", "2S"), ("grpc-timeout", "1S")]);
     let response = service.clone().oneshot(req).await.unwrap();
-    assert_eq!(body_text(response).await, "None None");
+    assert_eq!(
+        body_text(response).await,
+        r#"Some(1s) Some("grpc-timeout")"#
+    );
 
     assert_eq!(calls.load(Ordering::SeqCst), 3);
     let stats = layer.stats();
@@ -480,6 +552,12 @@ async fn propagate_refuses_below_the_minimum_useful_time() {
         err.downcast_ref::<DeadlineTooClose>().map(|e| e.remaining),
         Some(Duration::ZERO)
     );
+    assert_eq!(err.to_string(), "call not sent: the deadline has passed");
+    // A refusal, as every retrier and breaker of this crate reads errors.
+    assert!(matches!(
+        refusal_of(err.as_ref()),
+        Some(Refusal::DeadlineTooClose(_))
+    ));
     // 70 ms - 50 ms = 20 ms: sent.
     let parent = Deadline::after(MS(70), Clock::tokio());
     deadline::scope(parent, client.clone().oneshot(Request::new(())))

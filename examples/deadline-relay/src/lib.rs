@@ -14,27 +14,47 @@
 //! budget minus a margin to still answer its caller in time (50, 100, 150 and 0 ms), and calls
 //! the next hop through [`PropagateDeadlineLayer`] with its *reserve* (10 %, then 300 ms, then
 //! 300 ms), so the next hop receives what this one received minus the reserve.
+//!
+//! # What a hop answers when the next hop fails
+//!
+//! | the next hop | this hop answers | why |
+//! | --- | --- | --- |
+//! | 2xx | 200, with the next hop's body | |
+//! | 504 Gateway Timeout | 504 | the deadline ran out below; it is the same deadline up here, so the caller learns that time ran out, not that something broke |
+//! | 503 Service Unavailable | 503 | the chain below cannot serve now; the caller's rules for 503 (back off, honour `Retry-After`) apply to the chain as a whole |
+//! | any other status (4xx, 500, 502, …), or no answer at all | 502 Bad Gateway | the next hop failed or refused what this hop sent it: this hop's bad gateway, never the caller's fault (so never a 4xx) |
+//! | not called: too little time left for it ([`DeadlineTooClose`]) | 504 | |
+//! | too slow: the hop's own timeout fired | 504 | |
+//!
+//! The body says what happened where it happened: a hop's own answers carry [`ANSWERED_BY`]
+//! and are passed up unchanged; any other failure (a deadline layer's 504, a refused
+//! connection) is described once, by the hop that saw it (`C answered 504 Gateway Timeout:
+//! deadline exceeded`).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Extension, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
-use http::Request;
+use http::{HeaderMap, HeaderName, HeaderValue, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use stormguard::deadline::Reserve;
+use stormguard::admission::DeadlineTooClose;
+use stormguard::clock::Clock;
+use stormguard::deadline::{DeadlineHeader, DeadlineHeaders, Reserve, WallClock};
 use stormguard_tower::deadline::{
-    BoxError, DeadlineHeader, DeadlineHeaders, DeadlineLayer, DeadlineTooClose, IncomingDeadline,
-    PropagateDeadline, PropagateDeadlineLayer,
+    DeadlineLayer, IncomingDeadline, PropagateDeadline, PropagateDeadlineLayer,
 };
+use stormguard_tower::wire::BoxError;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 
@@ -48,6 +68,10 @@ pub fn http_client() -> HttpClient {
 
 /// The budget the gateway gives a request that arrives without a deadline.
 pub const ENTRY_BUDGET: Duration = Duration::from_millis(1000);
+
+/// The response header naming the hop whose handler wrote the answer (absent when a
+/// deadline layer answered by itself).
+pub const ANSWERED_BY: HeaderName = HeaderName::from_static("x-relay-answered-by");
 
 /// One hop's configuration.
 #[derive(Clone, Copy, Debug)]
@@ -128,9 +152,9 @@ pub struct HopReport {
     pub took: Duration,
 }
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct Log {
-    reports: Arc<Mutex<Vec<HopReport>>>,
+    reports: Arc<watch::Sender<Vec<HopReport>>>,
     print: bool,
 }
 
@@ -148,26 +172,30 @@ impl Log {
                 ms(report.own_timeout),
             );
         }
-        let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
-        reports.push(report);
-        reports.len() - 1
+        let mut index = 0;
+        self.reports.send_modify(|reports| {
+            reports.push(report);
+            index = reports.len() - 1;
+        });
+        index
     }
 
     fn finish(&self, index: usize, outcome: Outcome, took: Duration) {
-        let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(report) = reports.get_mut(index) {
-            report.outcome = outcome;
-            report.took = took;
-            if self.print {
-                let what = match outcome {
-                    Outcome::Answered(status) => format!("answered {status}"),
-                    Outcome::OwnTimeout => "gave up at its own timeout, answered 504".into(),
-                    Outcome::Cancelled => "cancelled by its deadline: work abandoned".into(),
-                    Outcome::Running => "still running".into(),
-                };
-                println!("  {:<8} {what} after {:.1} ms", report.name, ms(took));
+        self.reports.send_modify(|reports| {
+            if let Some(report) = reports.get_mut(index) {
+                report.outcome = outcome;
+                report.took = took;
+                if self.print {
+                    let what = match outcome {
+                        Outcome::Answered(status) => format!("answered {status}"),
+                        Outcome::OwnTimeout => "gave up at its own timeout, answered 504".into(),
+                        Outcome::Cancelled => "cancelled by its deadline: work abandoned".into(),
+                        Outcome::Running => "still running".into(),
+                    };
+                    println!("  {:<8} {what} after {:.1} ms", report.name, ms(took));
+                }
             }
-        }
+        });
     }
 }
 
@@ -214,7 +242,7 @@ struct Hop {
 async fn handle(
     State(hop): State<Arc<Hop>>,
     Extension(incoming): Extension<IncomingDeadline>,
-) -> (StatusCode, String) {
+) -> Response {
     let start = Instant::now();
     let spec = hop.spec;
     let received = incoming.deadline.remaining();
@@ -245,29 +273,55 @@ async fn handle(
             None => (StatusCode::OK, format!("{} done", spec.name)),
         }
     };
-    if spec.own_margin.is_zero() {
+    let (status, body) = if spec.own_margin.is_zero() {
         // The own timeout is the deadline itself, which the deadline layer enforces.
         let (status, body) = work.await;
         running.finish(Outcome::Answered(status));
-        return (status, body);
-    }
-    let (status, body) = match tokio::time::timeout(own_timeout, work).await {
-        Ok((status, body)) => {
-            running.finish(Outcome::Answered(status));
-            (status, body)
-        }
-        Err(_) => {
-            running.finish(Outcome::OwnTimeout);
-            (
-                StatusCode::GATEWAY_TIMEOUT,
-                format!("{}: own timeout", spec.name),
-            )
+        (status, body)
+    } else {
+        match tokio::time::timeout(own_timeout, work).await {
+            Ok((status, body)) => {
+                running.finish(Outcome::Answered(status));
+                (status, body)
+            }
+            Err(_) => {
+                running.finish(Outcome::OwnTimeout);
+                (
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!("{}: own timeout", spec.name),
+                )
+            }
         }
     };
-    (status, body)
+    let mut headers = HeaderMap::new();
+    if let Ok(name) = HeaderValue::from_str(spec.name) {
+        headers.insert(ANSWERED_BY, name);
+    }
+    (status, headers, body).into_response()
 }
 
-/// Calls the next hop; a failed call becomes 502 (or 504 when there was no time to call).
+/// The status a hop answers with when the next hop answered `downstream` (the table in the
+/// [crate docs](crate#what-a-hop-answers-when-the-next-hop-fails)).
+///
+/// ```
+/// use axum::http::StatusCode;
+/// use deadline_relay::answer_for;
+///
+/// assert_eq!(answer_for(StatusCode::NO_CONTENT), StatusCode::OK);
+/// assert_eq!(answer_for(StatusCode::GATEWAY_TIMEOUT), StatusCode::GATEWAY_TIMEOUT);
+/// assert_eq!(answer_for(StatusCode::SERVICE_UNAVAILABLE), StatusCode::SERVICE_UNAVAILABLE);
+/// assert_eq!(answer_for(StatusCode::NOT_FOUND), StatusCode::BAD_GATEWAY);
+/// ```
+pub fn answer_for(downstream: StatusCode) -> StatusCode {
+    match downstream {
+        status if status.is_success() => StatusCode::OK,
+        StatusCode::GATEWAY_TIMEOUT => StatusCode::GATEWAY_TIMEOUT,
+        StatusCode::SERVICE_UNAVAILABLE => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::BAD_GATEWAY,
+    }
+}
+
+/// Calls the next hop and turns its answer, or its failure, into this hop's answer.
 async fn call_next(next: &Next) -> (StatusCode, String) {
     let request = match Request::get(&next.url).body(Full::new(Bytes::new())) {
         Ok(request) => request,
@@ -276,35 +330,39 @@ async fn call_next(next: &Next) -> (StatusCode, String) {
     match next.client.clone().oneshot(request).await {
         Ok(response) => {
             let status = response.status();
+            let by_a_hop = response.headers().contains_key(ANSWERED_BY);
             let body = match response.into_body().collect().await {
                 Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
                 Err(err) => err.to_string(),
             };
-            if status.is_success() {
-                (StatusCode::OK, body)
-            } else if status == StatusCode::BAD_GATEWAY {
-                // Already explained by the hop that saw the failure.
-                (StatusCode::BAD_GATEWAY, body)
+            let answer = answer_for(status);
+            if status.is_success() || by_a_hop {
+                // A success, or a failure already described by the hop that saw it.
+                (answer, body)
             } else {
                 let why = format!("{} answered {status}: {}", next.name, body.trim());
-                (StatusCode::BAD_GATEWAY, why)
+                (answer, why)
             }
         }
         Err(err) if err.downcast_ref::<DeadlineTooClose>().is_some() => {
             (StatusCode::GATEWAY_TIMEOUT, err.to_string())
         }
-        Err(err) => (StatusCode::BAD_GATEWAY, err.to_string()),
+        Err(err) => (
+            StatusCode::BAD_GATEWAY,
+            format!("{} not reached: {err}", next.name),
+        ),
     }
 }
 
 /// The client layer of a hop that keeps `reserve`: writes `grpc-timeout` (relative, precise)
 /// and `x-request-deadline` (absolute); the receiving hop runs under the earlier of the two.
-fn propagate(reserve: Reserve) -> Result<PropagateDeadlineLayer, BoxError> {
+fn propagate(reserve: Reserve, wall: &WallClock) -> Result<PropagateDeadlineLayer, BoxError> {
     let formats =
         DeadlineHeaders::new(&[DeadlineHeader::GrpcTimeout, DeadlineHeader::RequestDeadline])?;
     Ok(PropagateDeadlineLayer::new()
         .with_reserve(reserve)
         .with_headers(formats)
+        .with_wall_clock(wall.clone())
         .validate()?)
 }
 
@@ -317,11 +375,17 @@ pub struct Relay {
 impl Relay {
     /// Starts the hops (last first, so each knows the next one's address). With `print`, each
     /// hop prints what it received and how it ended.
+    ///
+    /// The hops' wall clock (for `x-request-deadline`) moves with tokio's clock: the system's
+    /// wall time at the start plus tokio's monotonic time since, so all four hops agree to the
+    /// nanosecond, as if their hosts' clocks were perfectly in step, and tests under paused
+    /// time see exact figures.
     pub async fn start(hops: [HopSpec; 4], print: bool) -> Result<Relay, BoxError> {
         let log = Log {
-            reports: Arc::default(),
+            reports: Arc::new(watch::Sender::new(Vec::new())),
             print,
         };
+        let wall = WallClock::from_clock(Clock::tokio());
         let mut next: Option<Next> = None;
         let mut gateway = None;
         for (position, spec) in hops.iter().enumerate().rev() {
@@ -330,6 +394,7 @@ impl Relay {
             } else {
                 DeadlineLayer::new()
             }
+            .with_wall_clock(wall.clone())
             .validate()?;
             let hop = Arc::new(Hop {
                 spec: *spec,
@@ -348,7 +413,7 @@ impl Relay {
                 next = Some(Next {
                     name: spec.name,
                     url: format!("http://{addr}/"),
-                    client: propagate(caller.reserve)?.layer(http_client()),
+                    client: propagate(caller.reserve, &wall)?.layer(http_client()),
                 });
             }
             gateway = Some(addr);
@@ -365,22 +430,19 @@ impl Relay {
     /// Sends one request to the gateway (without a deadline: the gateway's budget applies)
     /// and returns its status, its body and every hop's report, in the order the hops ran.
     pub async fn call(&self) -> Result<(StatusCode, String, Vec<HopReport>), BoxError> {
-        self.log
-            .reports
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.log.reports.send_modify(Vec::clear);
         let request =
             Request::get(format!("http://{}/", self.gateway)).body(Full::new(Bytes::new()))?;
         let response = http_client().request(request).await?;
         let status = response.status();
         let body = response.into_body().collect().await?.to_bytes();
-        let reports = self
-            .log
-            .reports
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let reports = self.log.reports.borrow().clone();
         Ok((status, String::from_utf8_lossy(&body).into_owned(), reports))
+    }
+
+    /// The reports of the call in flight, updated as each hop starts and ends: for a caller
+    /// that acts when a hop has been reached (a test moving paused time forward).
+    pub fn reports(&self) -> watch::Receiver<Vec<HopReport>> {
+        self.log.reports.subscribe()
     }
 }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use deadline_relay::{HopReport, Relay, seeds_hops};
-use stormguard_tower::deadline::BoxError;
+use stormguard_tower::wire::BoxError;
 
 /// The seeds' table: received, own timeout, handed downstream (ms).
 const SEEDS: [(&str, u32, u32, Option<u32>); 4] = [

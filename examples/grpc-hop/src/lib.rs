@@ -9,11 +9,12 @@
 
 use std::time::Duration;
 
+use stormguard::admission::DeadlineTooClose;
 use stormguard::deadline;
 use stormguard_tower::deadline::{
-    BoxError, DeadlineLayer, DeadlineTooClose, IncomingDeadline, PropagateDeadline,
-    PropagateDeadlineLayer,
+    DeadlineLayer, IncomingDeadline, PropagateDeadline, PropagateDeadlineLayer,
 };
+use stormguard_tower::wire::BoxError;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};

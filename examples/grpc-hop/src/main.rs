@@ -15,7 +15,8 @@ use grpc_hop::pb::HopRequest;
 use grpc_hop::pb::relay_client::RelayClient;
 use grpc_hop::{Hop, client, serve};
 use stormguard::deadline::Reserve;
-use stormguard_tower::deadline::{BoxError, DeadlineLayer, PropagateDeadlineLayer};
+use stormguard_tower::deadline::{DeadlineLayer, PropagateDeadlineLayer};
+use stormguard_tower::wire::BoxError;
 use tokio::net::TcpListener;
 
 #[derive(Parser)]

@@ -8,7 +8,12 @@
 //! stubs for `proto/relay.proto` are generated at test time with `grpc_tools.protoc`.
 //!
 //! Real time, real sockets on 127.0.0.1: budgets are compared as values (what one side sent
-//! against what the other side saw), with a tolerance for the time in between.
+//! against what the other side saw), with a tolerance ([`TOLERANCE_MS`]) for the time in
+//! between. These tests cannot run under paused time: the peer is another process, and
+//! grpcio measures the time left with its own real clock (the Python client's deadline timer,
+//! the Python server's `time_remaining()`), which a paused tokio clock does not stop. Exact
+//! figures for our own layers, over real sockets under paused time, are in
+//! `crates/stormguard-tower/tests/deadline_http.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write as _;
@@ -22,9 +27,10 @@ use grpc_hop::pb::relay_server::Relay;
 use grpc_hop::pb::{HopReply, HopRequest};
 use grpc_hop::{Hop, client, next_hop_status, serve};
 use serde_json::Value;
+use stormguard::admission::DeadlineTooClose;
 use stormguard::clock::Clock;
 use stormguard::deadline::{self, Deadline, Reserve, parse_grpc_timeout};
-use stormguard_tower::deadline::{DeadlineLayer, DeadlineTooClose, PropagateDeadlineLayer};
+use stormguard_tower::deadline::{DeadlineLayer, PropagateDeadlineLayer};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::net::TcpListener;
 use tokio::process::{Child, ChildStdout, Command};

@@ -13,13 +13,14 @@
 //! Two layers do that at the edges of a service:
 //!
 //! - [`DeadlineLayer`] (server side) reads the deadline a request announces, refuses a request
-//!   that has already expired without running the handler, runs the handler with the deadline
+//!   that has expired (or has less than a millisecond left) without running the handler, runs the handler with the deadline
 //!   as its task's *current* deadline ([`stormguard::deadline::scope`]), and cancels it when
 //!   the deadline passes: HTTP 504, or gRPC `DEADLINE_EXCEEDED`.
 //! - [`PropagateDeadlineLayer`] (client side) takes the current deadline, subtracts the hop
 //!   reserve ([`Reserve`](stormguard::deadline::Reserve)), writes the rest into the outgoing
 //!   request's headers, and does not send a call that would get less than the minimum useful
-//!   call time ([`DeadlineTooClose`]).
+//!   call time (the core's [`DeadlineTooClose`](stormguard::admission::DeadlineTooClose), a
+//!   refusal that stops any retrier above it).
 //!
 //! Between the two, the core's retrier (`stormguard::retry::Retrier`) reads the same current
 //! deadline to decide whether another attempt still fits.
@@ -58,28 +59,26 @@
 //!
 //! # Wire formats
 //!
-//! [`DeadlineHeader`] names the four formats: `grpc-timeout` (gRPC), `connect-timeout-ms`
-//! (Connect), `x-envoy-expected-rq-timeout-ms` (Envoy) and `x-request-deadline` (absolute Unix
-//! epoch milliseconds). [`headers`] explains which one wins when a request carries several, and
-//! what clock skew does to the absolute one.
-
-pub mod headers;
+//! The deadline vocabulary is the core's, so every HTTP stack reads and writes it the same way:
+//! [`DeadlineHeader`](stormguard::deadline::DeadlineHeader) names the four formats
+//! (`grpc-timeout` for gRPC, `connect-timeout-ms` for Connect, `x-envoy-expected-rq-timeout-ms`
+//! for Envoy, and `x-request-deadline` in absolute Unix epoch milliseconds);
+//! [`read_deadline`](stormguard::deadline::read_deadline) says which one wins when a request
+//! carries several, what happens to a repeated or malformed one, and what clock skew does to
+//! the absolute one; [`WallClock`](stormguard::deadline::WallClock) is the wall time that one is
+//! read and written with. [`crate::wire`] applies them to an `http::HeaderMap`.
 
 mod error;
 mod propagate;
 mod reply;
 mod server;
 
-pub use error::{DeadlineTooClose, InvalidDeadlineConfig};
-pub use headers::{
-    DeadlineHeader, DeadlineHeaderError, DeadlineHeaders, Found, HeaderReader, Reading, Selection,
-    WallClock,
-};
+pub use error::InvalidDeadlineConfig;
 pub use propagate::{
-    BoxError, ClientStats, PropagateDeadline, PropagateDeadlineLayer,
+    ClientStats, PropagateDeadline, PropagateDeadlineLayer,
     ResponseFuture as PropagateResponseFuture,
 };
 pub use reply::DeadlineBody;
 pub use server::{
-    DeadlineLayer, DeadlineService, IncomingDeadline, MalformedPolicy, ResponseFuture, ServerStats,
+    Deadline, DeadlineLayer, IncomingDeadline, MalformedPolicy, ResponseFuture, ServerStats,
 };

@@ -16,16 +16,15 @@ use std::time::Duration;
 
 use http::Request;
 use pin_project_lite::pin_project;
-use stormguard::deadline::{self, Deadline, Reserve};
+use stormguard::admission::DeadlineTooClose;
+use stormguard::deadline::{
+    self, Deadline, DeadlineHeader, DeadlineHeaders, Reserve, Selection, WallClock,
+};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::error::{DeadlineTooClose, InvalidDeadlineConfig};
-use super::headers::{self, DeadlineHeaders, HeaderReader, Selection, WallClock};
-
-/// The error type of [`PropagateDeadline`]: the inner service's error, or a
-/// [`DeadlineTooClose`], boxed as tower middleware does.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use super::error::InvalidDeadlineConfig;
+use crate::wire::{self, BoxError};
 
 /// Probe used to tell a reserve that keeps everything: an hour is longer than any request.
 const RESERVE_PROBE: Duration = Duration::from_secs(3600);
@@ -56,7 +55,7 @@ impl Default for ClientConfig {
         ClientConfig {
             reserve: Reserve::NONE,
             min_call: Duration::ZERO,
-            formats: DeadlineHeaders::only(super::DeadlineHeader::GrpcTimeout),
+            formats: DeadlineHeaders::only(DeadlineHeader::GrpcTimeout),
             wall: WallClock::system(),
         }
     }
@@ -74,8 +73,11 @@ impl Default for ClientConfig {
 /// every deadline header from the request and writes the result in each configured format.
 ///
 /// When the time left for downstream is zero or below the minimum useful call time, the call is
-/// not sent: the inner service is not called and the error is a [`DeadlineTooClose`]
-/// (counted in [`ClientStats`] and as `stormguard_deadline_drops_total{side="client"}`).
+/// not sent: the inner service is not called and the error is the core's [`DeadlineTooClose`],
+/// boxed (counted in [`ClientStats`] and as `stormguard_deadline_drops_total{side="client"}`).
+/// It is a *refusal*, not a failure of the downstream: [`wire::refusal_of`] finds it in the
+/// error's cause chain (through tonic's `Status` too), so a retrier above stops at once and a
+/// breaker records nothing.
 ///
 /// A request with no deadline at all passes through untouched.
 ///
@@ -95,8 +97,8 @@ impl Default for ClientConfig {
 /// use std::time::Duration;
 /// use http::{Request, Response};
 /// use stormguard::clock::Clock;
-/// use stormguard::deadline::{self, Deadline, Reserve};
-/// use stormguard_tower::deadline::{DeadlineHeader, DeadlineHeaders, PropagateDeadlineLayer};
+/// use stormguard::deadline::{self, Deadline, DeadlineHeader, DeadlineHeaders, Reserve};
+/// use stormguard_tower::deadline::PropagateDeadlineLayer;
 /// use tower::{Layer, ServiceExt, service_fn};
 ///
 /// let layer = PropagateDeadlineLayer::new()
@@ -128,24 +130,41 @@ impl PropagateDeadlineLayer {
     }
 
     /// Keeps `reserve` of the remaining time for this hop (a fraction, a fixed amount, or both).
+    ///
+    /// # Default
+    ///
+    /// [`Reserve::NONE`]: the whole remaining time goes downstream.
     pub fn with_reserve(mut self, reserve: Reserve) -> PropagateDeadlineLayer {
         self.config.reserve = reserve;
         self
     }
 
     /// Does not send a call with less than `min_call` left for it after the reserve.
+    ///
+    /// # Default
+    ///
+    /// Zero: only a call with no time left at all is refused.
     pub fn with_min_call(mut self, min_call: Duration) -> PropagateDeadlineLayer {
         self.config.min_call = min_call;
         self
     }
 
-    /// Writes the deadline in each of these formats.
+    /// Writes the deadline in each of these formats (and removes any other deadline header
+    /// from the request).
+    ///
+    /// # Default
+    ///
+    /// `grpc-timeout` only.
     pub fn with_headers(mut self, formats: DeadlineHeaders) -> PropagateDeadlineLayer {
         self.config.formats = formats;
         self
     }
 
     /// Reads this host's wall-clock time from `wall` (for `x-request-deadline`).
+    ///
+    /// # Default
+    ///
+    /// [`WallClock::system`].
     pub fn with_wall_clock(mut self, wall: WallClock) -> PropagateDeadlineLayer {
         self.config.wall = wall;
         self
@@ -236,10 +255,14 @@ where
             return ResponseFuture::inner(self.inner.call(req));
         };
         let config = &self.shared.config;
-        let existing = HeaderReader::new(DeadlineHeaders::ALL, Selection::Earliest)
-            .read(req.headers(), &config.wall)
-            .found
-            .map(|found| found.remaining);
+        let existing = wire::read_deadline(
+            req.headers(),
+            DeadlineHeaders::ALL,
+            Selection::Earliest,
+            &config.wall,
+        )
+        .found
+        .map(|found| found.remaining);
         let remaining = downstream_remaining(&parent, config.reserve, existing);
         if remaining.is_zero() || remaining < config.min_call {
             self.shared
@@ -258,7 +281,7 @@ where
                 min_call: config.min_call,
             });
         }
-        headers::write_deadline(req.headers_mut(), config.formats, remaining, &config.wall);
+        wire::write_deadline(req.headers_mut(), config.formats, remaining, &config.wall);
         ResponseFuture::inner(self.inner.call(req))
     }
 }

@@ -1,16 +1,27 @@
 //! The responses the server layer answers with itself: deadline exceeded, and (if configured)
-//! a malformed deadline header. HTTP callers get a status code and a one-line text body; gRPC
-//! callers get a *trailers-only* response, the form gRPC uses for a call that fails before any
-//! message: HTTP 200, `content-type: application/grpc` and `grpc-status` in the headers, with
-//! an empty body that ends the stream.
+//! a malformed deadline header, in the form the caller speaks ([`Protocol::of`] the request).
+//!
+//! - HTTP callers get a status code (504 or 400) and a one-line text body.
+//! - gRPC callers get a *trailers-only* response, the form gRPC uses for a call that fails
+//!   before any message: HTTP 200, `content-type: application/grpc` and `grpc-status` /
+//!   `grpc-message` in the headers, with an empty body that ends the stream.
+//! - gRPC-Web callers get the same trailers-only response in gRPC-Web form: HTTP 200, the
+//!   request's own content type (`application/grpc-web+proto`, `application/grpc-web-text`, …,
+//!   so the reply is in the encoding the caller asked for) and the status in the headers. The
+//!   gRPC-Web protocol allows a trailers-only response exactly so, and gRPC-Web clients read
+//!   the status from the headers when the body carries no trailer frame. Answering a browser
+//!   with a plain 504 instead would surface as an `UNKNOWN` or `UNAVAILABLE` error, not as
+//!   `DEADLINE_EXCEEDED`.
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use http_body_util::{Either, Full};
 
-/// The response body of [`DeadlineService`](super::DeadlineService): the inner service's body,
-/// or the layer's own short body when it answered by itself.
+use crate::wire::{GRPC_MESSAGE, GRPC_STATUS, Protocol};
+
+/// The response body of [`Deadline`](super::Deadline): the inner service's body, or the
+/// layer's own short body when it answered by itself.
 ///
 /// Both axum and tonic accept it: it is an [`http_body::Body`] with `Data = Bytes` whenever the
 /// inner body is, and its error is a boxed error.
@@ -21,39 +32,70 @@ const GRPC_INVALID_ARGUMENT: &str = "3";
 /// gRPC status code `DEADLINE_EXCEEDED`.
 const GRPC_DEADLINE_EXCEEDED: &str = "4";
 
-/// Whether the request is gRPC: its content type is `application/grpc` or a subtype
-/// (`application/grpc+proto`, `application/grpc-web`, ...).
-pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
-    const PREFIX: &[u8] = b"application/grpc";
-    headers.get(CONTENT_TYPE).is_some_and(|value| {
-        value
-            .as_bytes()
-            .get(..PREFIX.len())
-            .is_some_and(|p| p.eq_ignore_ascii_case(PREFIX))
-    })
+/// How to answer one request: decided from its headers before the handler runs, because the
+/// handler takes the request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ReplyForm {
+    /// A status code and a text body.
+    Http,
+    /// A gRPC trailers-only response.
+    Grpc,
+    /// A gRPC-Web trailers-only response, with the request's content type.
+    GrpcWeb(HeaderValue),
 }
 
-/// 504 for HTTP, `DEADLINE_EXCEEDED` for gRPC.
-pub(crate) fn deadline_exceeded<B>(grpc: bool) -> Response<DeadlineBody<B>> {
-    if grpc {
-        grpc_trailers_only(GRPC_DEADLINE_EXCEEDED, "deadline exceeded")
-    } else {
-        text(StatusCode::GATEWAY_TIMEOUT, "deadline exceeded".to_owned())
+impl ReplyForm {
+    /// The form for a request with these headers.
+    pub(crate) fn of(headers: &HeaderMap) -> ReplyForm {
+        match Protocol::of(headers) {
+            Protocol::Http => ReplyForm::Http,
+            Protocol::Grpc => ReplyForm::Grpc,
+            Protocol::GrpcWeb => match headers.get(CONTENT_TYPE) {
+                Some(content_type) => ReplyForm::GrpcWeb(content_type.clone()),
+                // `Protocol::of` found a gRPC-Web content type, so this is unreachable; the
+                // bare gRPC-Web type is the right answer anyway.
+                None => ReplyForm::GrpcWeb(HeaderValue::from_static("application/grpc-web")),
+            },
+        }
+    }
+
+    /// 504 for HTTP, `DEADLINE_EXCEEDED` for gRPC and gRPC-Web.
+    pub(crate) fn deadline_exceeded<B>(self) -> Response<DeadlineBody<B>> {
+        self.reply(
+            StatusCode::GATEWAY_TIMEOUT,
+            GRPC_DEADLINE_EXCEEDED,
+            "deadline exceeded",
+        )
+    }
+
+    /// 400 for HTTP, `INVALID_ARGUMENT` for gRPC and gRPC-Web, with `reason` as the message.
+    pub(crate) fn invalid_header<B>(self, reason: &str) -> Response<DeadlineBody<B>> {
+        self.reply(StatusCode::BAD_REQUEST, GRPC_INVALID_ARGUMENT, reason)
+    }
+
+    fn reply<B>(
+        self,
+        status: StatusCode,
+        grpc_code: &'static str,
+        message: &str,
+    ) -> Response<DeadlineBody<B>> {
+        match self {
+            ReplyForm::Http => text(status, message),
+            ReplyForm::Grpc => trailers_only(
+                HeaderValue::from_static("application/grpc"),
+                grpc_code,
+                message,
+            ),
+            ReplyForm::GrpcWeb(content_type) => trailers_only(content_type, grpc_code, message),
+        }
     }
 }
 
-/// 400 for HTTP, `INVALID_ARGUMENT` for gRPC, with `reason` as the message.
-pub(crate) fn invalid_header<B>(grpc: bool, reason: &str) -> Response<DeadlineBody<B>> {
-    if grpc {
-        grpc_trailers_only(GRPC_INVALID_ARGUMENT, reason)
-    } else {
-        text(StatusCode::BAD_REQUEST, reason.to_owned())
-    }
-}
-
-fn text<B>(status: StatusCode, mut message: String) -> Response<DeadlineBody<B>> {
-    message.push('\n');
-    let mut response = Response::new(Either::Right(Full::new(Bytes::from(message))));
+fn text<B>(status: StatusCode, message: &str) -> Response<DeadlineBody<B>> {
+    let mut body = String::with_capacity(message.len() + 1);
+    body.push_str(message);
+    body.push('\n');
+    let mut response = Response::new(Either::Right(Full::new(Bytes::from(body))));
     *response.status_mut() = status;
     response.headers_mut().insert(
         CONTENT_TYPE,
@@ -62,13 +104,17 @@ fn text<B>(status: StatusCode, mut message: String) -> Response<DeadlineBody<B>>
     response
 }
 
-fn grpc_trailers_only<B>(code: &'static str, message: &str) -> Response<DeadlineBody<B>> {
+fn trailers_only<B>(
+    content_type: HeaderValue,
+    code: &'static str,
+    message: &str,
+) -> Response<DeadlineBody<B>> {
     let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
     let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    headers.insert("grpc-status", HeaderValue::from_static(code));
+    headers.insert(CONTENT_TYPE, content_type);
+    headers.insert(GRPC_STATUS, HeaderValue::from_static(code));
     if let Ok(value) = HeaderValue::from_str(&percent_encode(message)) {
-        headers.insert("grpc-message", value);
+        headers.insert(GRPC_MESSAGE, value);
     }
     response
 }
@@ -96,24 +142,28 @@ mod tests {
     use http_body::Body as _;
     use proptest::prelude::*;
 
+    fn form(content_type: &'static str) -> ReplyForm {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        ReplyForm::of(&headers)
+    }
+
     #[test]
-    fn grpc_detection() {
-        let ct = |v: &'static str| {
-            let mut h = HeaderMap::new();
-            h.insert(CONTENT_TYPE, HeaderValue::from_static(v));
-            h
-        };
-        assert!(is_grpc(&ct("application/grpc")));
-        assert!(is_grpc(&ct("application/grpc+proto")));
-        assert!(is_grpc(&ct("Application/GRPC")));
-        assert!(!is_grpc(&ct("application/json")));
-        assert!(!is_grpc(&ct("application/grp")));
-        assert!(!is_grpc(&HeaderMap::new()));
+    fn the_form_follows_the_one_protocol_detection() {
+        assert_eq!(ReplyForm::of(&HeaderMap::new()), ReplyForm::Http);
+        assert_eq!(form("application/json"), ReplyForm::Http);
+        assert_eq!(form("application/grpcx"), ReplyForm::Http);
+        assert_eq!(form("application/grpc"), ReplyForm::Grpc);
+        assert_eq!(form("Application/GRPC+proto"), ReplyForm::Grpc);
+        assert_eq!(
+            form("application/grpc-web-text+proto"),
+            ReplyForm::GrpcWeb(HeaderValue::from_static("application/grpc-web-text+proto"))
+        );
     }
 
     #[test]
     fn grpc_reply_is_trailers_only() {
-        let response = deadline_exceeded::<Full<Bytes>>(true);
+        let response = form("application/grpc+proto").deadline_exceeded::<Full<Bytes>>();
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(response.headers()["content-type"], "application/grpc");
         assert_eq!(response.headers()["grpc-status"], "4");
@@ -122,13 +172,33 @@ mod tests {
     }
 
     #[test]
+    fn grpc_web_reply_is_trailers_only_in_the_callers_encoding() {
+        let response = form("application/grpc-web+proto").deadline_exceeded::<Full<Bytes>>();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/grpc-web+proto"
+        );
+        assert_eq!(response.headers()["grpc-status"], "4");
+        assert!(response.body().is_end_stream());
+        let response = form("application/grpc-web-text").invalid_header::<Full<Bytes>>("bad");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/grpc-web-text"
+        );
+        assert_eq!(response.headers()["grpc-status"], "3");
+        assert_eq!(response.headers()["grpc-message"], "bad");
+    }
+
+    #[test]
     fn http_replies() {
-        let response = deadline_exceeded::<Full<Bytes>>(false);
+        let response = ReplyForm::Http.deadline_exceeded::<Full<Bytes>>();
         assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
-        let response = invalid_header::<Full<Bytes>>(false, "bad");
+        assert_eq!(response.body().size_hint().exact(), Some(18));
+        let response = ReplyForm::Http.invalid_header::<Full<Bytes>>("bad");
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
         assert_eq!(response.body().size_hint().exact(), Some(4));
-        let response = invalid_header::<Full<Bytes>>(true, "100% \u{e9}\n");
+        let response = ReplyForm::Grpc.invalid_header::<Full<Bytes>>("100% \u{e9}\n");
         assert_eq!(response.headers()["grpc-status"], "3");
         assert_eq!(response.headers()["grpc-message"], "100%25 %C3%A9%0A");
     }
