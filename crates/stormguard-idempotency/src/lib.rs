@@ -93,7 +93,8 @@ pub use clock::WallClock;
 pub use fingerprint::{DefaultFingerprinter, Fingerprint, FingerprintBuilder, Fingerprinter};
 pub use key::{KeyError, parse_key_header};
 pub use layer::{
-    DoNotStore, FailureMode, IdempotencyLayer, IdempotencyService, InFlight, Oversize, StorePolicy,
+    DoNotStore, FailureMode, IdempotencyLayer, IdempotencyService, InFlight, LeaseDeadline,
+    Oversize, ReplayedHeaders, StorePolicy,
 };
 pub use reaper::Reaper;
 pub use store::{

@@ -9,6 +9,7 @@ use super::{Completion, StoreError, StoredResponse};
 pub(crate) const IN_FLIGHT: i64 = 0;
 pub(crate) const COMPLETED: i64 = 1;
 pub(crate) const TOO_LARGE: i64 = 2;
+pub(crate) const BODY_FAILED: i64 = 3;
 
 /// `[u16 name len][name][u32 value len][value]` for each header, big-endian.
 pub(crate) fn encode_headers(headers: &[(HeaderName, HeaderValue)]) -> Vec<u8> {
@@ -74,6 +75,12 @@ pub(crate) fn completion_columns(c: &Completion) -> (i64, i64, Vec<u8>, Vec<u8>)
             Vec::new(),
             Vec::new(),
         ),
+        Completion::BodyFailed { status } => (
+            BODY_FAILED,
+            i64::from(status.as_u16()),
+            Vec::new(),
+            Vec::new(),
+        ),
     }
 }
 
@@ -95,6 +102,7 @@ pub(crate) fn completion_from_columns(
             body: Bytes::from(body.unwrap_or_default()),
         })),
         TOO_LARGE => Ok(Completion::TooLarge { status }),
+        BODY_FAILED => Ok(Completion::BodyFailed { status }),
         other => Err(StoreError::Corrupt(format!("unknown record state {other}"))),
     }
 }
