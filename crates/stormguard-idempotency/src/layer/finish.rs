@@ -82,7 +82,12 @@ impl Finisher {
 }
 
 impl Shared {
-    pub(super) async fn complete(&self, key: &ScopedKey, token: LeaseToken, completion: &Completion) {
+    pub(super) async fn complete(
+        &self,
+        key: &ScopedKey,
+        token: LeaseToken,
+        completion: &Completion,
+    ) {
         let cfg = &self.config;
         let done = self
             .finisher

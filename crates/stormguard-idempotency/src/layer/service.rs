@@ -20,7 +20,9 @@ use super::{Config, DoNotStore, FailureMode, IdempotencyLayer, InFlight, LeaseDe
 use crate::body::{Buffered, buffer_capped};
 use crate::key::{IDEMPOTENT_REPLAYED, parse_key_header};
 use crate::problem;
-use crate::store::{Begin, BeginRequest, Completion, LeaseToken, Millis, ScopedKey, Store, StoredResponse};
+use crate::store::{
+    Begin, BeginRequest, Completion, LeaseToken, Millis, ScopedKey, Store, StoredResponse,
+};
 
 /// The future of [`IdempotencyService`].
 pub type ResponseFuture<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
@@ -158,8 +160,13 @@ where
         },
     };
     let deadline = request_deadline(&shared, &parts.headers);
-    if deadline.as_ref().is_some_and(|d| d.enforce && d.deadline.is_expired()) {
-        return Ok(deadline_exceeded("the request's deadline had passed when it arrived"));
+    if deadline
+        .as_ref()
+        .is_some_and(|d| d.enforce && d.deadline.is_expired())
+    {
+        return Ok(deadline_exceeded(
+            "the request's deadline had passed when it arrived",
+        ));
     }
     let body = match Limited::new(body, cfg.max_request).collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -196,7 +203,9 @@ where
     loop {
         let now = cfg.clock.now_millis();
         let lease = match &deadline {
-            Some(d) => cfg.lease.min(d.deadline.remaining().saturating_add(cfg.lease_margin)),
+            Some(d) => cfg
+                .lease
+                .min(d.deadline.remaining().saturating_add(cfg.lease_margin)),
             None => cfg.lease,
         };
         let req = BeginRequest {

@@ -34,8 +34,8 @@ use stormguard::retry::IdempotencyKey;
 
 use crate::fingerprint::Fingerprint;
 
-#[cfg_attr(not(any(feature = "sql", feature = "redis")), allow(dead_code))]
-pub(crate) mod codec;
+#[doc(hidden)]
+pub mod codec;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]

@@ -15,14 +15,12 @@ use sha2::{Digest as _, Sha256};
 use stormguard::deadline::{self, Deadline};
 use stormguard_idempotency::store::StoreFuture;
 use stormguard_idempotency::{
-    Begin, BeginRequest, Completion, Finish, IdempotencyLayer, LeaseToken, Reaped,
-    ReplayedHeaders, ScopedKey, Store, StoreError, WallClock, problem,
+    Begin, BeginRequest, Completion, Finish, IdempotencyLayer, LeaseToken, Reaped, ReplayedHeaders,
+    ScopedKey, Store, StoreError, WallClock, problem,
 };
 use tower::ServiceExt as _;
 
-use crate::suite::{
-    LEASE, Probe, app, http, layer, manual_layer, pay_request, read, unique_key,
-};
+use crate::suite::{LEASE, Probe, app, http, layer, manual_layer, pay_request, read, unique_key};
 use crate::support::{Fault, FaultyStore, TestEnv};
 
 /// The layer's default margin after a deadline.
@@ -127,10 +125,18 @@ pub(crate) async fn h02_json_numbers_keep_every_digit(env: &TestEnv) {
     // Key order and whitespace still do not matter, big numbers or not.
     let key = unique_key("h02o");
     let a = client
-        .post("/pay", &key, r#"{"amount":100000000000000000001,"currency":"EUR"}"#)
+        .post(
+            "/pay",
+            &key,
+            r#"{"amount":100000000000000000001,"currency":"EUR"}"#,
+        )
         .await;
     let b = client
-        .post("/pay", &key, r#"{ "currency" : "EUR", "amount" : 100000000000000000001 }"#)
+        .post(
+            "/pay",
+            &key,
+            r#"{ "currency" : "EUR", "amount" : 100000000000000000001 }"#,
+        )
         .await;
     assert!(b.replayed());
     assert_eq!(a.body, b.body);
@@ -158,7 +164,11 @@ pub(crate) async fn h03_the_lease_follows_the_current_deadline(env: &TestEnv) {
     let _ = holder.await;
     manual.advance(Duration::from_secs(2) + MARGIN - Duration::from_millis(1));
     let (status, _, _) = call(&router, pay_request(&key)).await;
-    assert_eq!(status, StatusCode::CONFLICT, "deadline + margin not yet over");
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "deadline + margin not yet over"
+    );
     manual.advance(Duration::from_millis(2));
     let (status, headers, _) = call(&router, pay_request(&key)).await;
     assert_eq!(
@@ -178,11 +188,11 @@ pub(crate) async fn h03_the_lease_follows_a_deadline_header(env: &TestEnv) {
     let (layer, manual) = manual_layer(env);
     let router = app(&probe, layer);
     let key = unique_key("h03h");
-    let holder = tokio::spawn(
-        router
-            .clone()
-            .oneshot(post_with(&key, &[("grpc-timeout", "2S")], "{\"amount\":5}")),
-    );
+    let holder = tokio::spawn(router.clone().oneshot(post_with(
+        &key,
+        &[("grpc-timeout", "2S")],
+        "{\"amount\":5}",
+    )));
     probe.entered.notified().await;
     holder.abort();
     let _ = holder.await;
@@ -191,7 +201,11 @@ pub(crate) async fn h03_the_lease_follows_a_deadline_header(env: &TestEnv) {
     assert_eq!(status, StatusCode::CONFLICT);
     manual.advance(Duration::from_secs(2) + MARGIN);
     let (status, _, _) = call(&router, pay_request(&key)).await;
-    assert_eq!(status, StatusCode::CREATED, "taken over after deadline + margin");
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "taken over after deadline + margin"
+    );
     assert_eq!(probe.runs(), 2);
 
     // Enforced: a hanging handler is cut at its 50 ms deadline.
@@ -199,7 +213,11 @@ pub(crate) async fn h03_the_lease_follows_a_deadline_header(env: &TestEnv) {
     let (layer, manual) = manual_layer(env);
     let router = app(&probe, layer);
     let key = unique_key("h03e");
-    let (status, _, body) = call(&router, post_with(&key, &[("grpc-timeout", "50m")], "{\"amount\":5}")).await;
+    let (status, _, body) = call(
+        &router,
+        post_with(&key, &[("grpc-timeout", "50m")], "{\"amount\":5}"),
+    )
+    .await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(problem_type(&body), problem::DEADLINE_EXCEEDED);
     manual.advance(Duration::from_millis(50) + MARGIN + Duration::from_millis(1));
@@ -279,8 +297,7 @@ pub(crate) async fn h08_replays_keep_the_handlers_headers(env: &TestEnv) {
     let (_, again, _) = call(&router, pay_request(&key)).await;
     assert_eq!(again["set-cookie"], "session=secret");
     assert!(again.get("x-exec").is_none());
-    let without =
-        ReplayedHeaders::end_to_end().without(HeaderName::from_static("x-trace"));
+    let without = ReplayedHeaders::end_to_end().without(HeaderName::from_static("x-trace"));
     let router = header_app(&probe, layer(env).with_replayed_headers(without));
     let key = unique_key("h08w");
     call(&router, pay_request(&key)).await;
@@ -318,10 +335,18 @@ fn faulting_app(
             }
         }
     };
-    Router::new().route("/pay", post(handler)).route_layer(layer)
+    Router::new()
+        .route("/pay", post(handler))
+        .route_layer(layer)
 }
 
-async fn faulty_layer(env: &TestEnv) -> (Arc<FaultyStore>, IdempotencyLayer, stormguard::clock::ManualClock) {
+async fn faulty_layer(
+    env: &TestEnv,
+) -> (
+    Arc<FaultyStore>,
+    IdempotencyLayer,
+    stormguard::clock::ManualClock,
+) {
     let faulty = Arc::new(env.faulty_store().await);
     let manual = stormguard::clock::ManualClock::new();
     let layer = IdempotencyLayer::from_arc(Arc::clone(&faulty.store))
@@ -340,7 +365,11 @@ async fn store_dies_before_complete(env: &TestEnv, fault: Fault) {
     let router = faulting_app(&probe, &faulty, fault, layer);
     let key = unique_key("h09c");
     let (status, _, body) = call(&router, pay_request(&key)).await;
-    assert_eq!(status, StatusCode::CREATED, "the handler's answer is not lost");
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "the handler's answer is not lost"
+    );
     assert_eq!(body, r#"{"execution":1}"#);
     let (status, _, body) = call(&router, pay_request(&key)).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
@@ -354,7 +383,11 @@ async fn store_dies_before_complete(env: &TestEnv, fault: Fault) {
         assert_eq!(headers["idempotent-replayed"], "true");
         assert_eq!(body, r#"{"execution":1}"#);
     } else {
-        assert_eq!(status, StatusCode::CONFLICT, "the key stays in flight for its lease");
+        assert_eq!(
+            status,
+            StatusCode::CONFLICT,
+            "the key stays in flight for its lease"
+        );
     }
     assert_eq!(probe.runs(), 1, "nothing ran twice");
     manual.advance(LEASE + Duration::from_millis(1));
@@ -365,7 +398,11 @@ async fn store_dies_before_complete(env: &TestEnv, fault: Fault) {
         assert_eq!(probe.runs(), 1);
     } else {
         assert!(headers.get("idempotent-replayed").is_none());
-        assert_eq!(probe.runs(), 2, "after the lease, a retry takes over as after a crash");
+        assert_eq!(
+            probe.runs(),
+            2,
+            "after the lease, a retry takes over as after a crash"
+        );
     }
 }
 
@@ -527,6 +564,10 @@ pub(crate) async fn h09_a_transient_complete_failure_is_retried(env: &TestEnv) {
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(headers["idempotent-replayed"], "true");
     assert_eq!(again, first);
-    assert_eq!(store.failed.load(Ordering::SeqCst), 2, "one failure, one retry");
+    assert_eq!(
+        store.failed.load(Ordering::SeqCst),
+        2,
+        "one failure, one retry"
+    );
     assert_eq!(probe.runs(), 1);
 }

@@ -619,7 +619,8 @@ impl TestEnv {
                     .connect_with(options)
                     .await
                     .expect("sqlite pool");
-                let store = stormguard_idempotency::store::sqlite::SqliteStore::from_pool(pool.clone());
+                let store =
+                    stormguard_idempotency::store::sqlite::SqliteStore::from_pool(pool.clone());
                 FaultyStore {
                     store: Arc::new(store),
                     switch: Switch::Sqlite {
@@ -782,11 +783,7 @@ impl SwitchProxy {
 
 /// Forwards both ways while healthy, holds everything while hanging, and closes both sides
 /// when failing.
-async fn pump(
-    mut a: TcpStream,
-    mut b: TcpStream,
-    mut watch: tokio::sync::watch::Receiver<Fault>,
-) {
+async fn pump(mut a: TcpStream, mut b: TcpStream, mut watch: tokio::sync::watch::Receiver<Fault>) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let (mut abuf, mut bbuf) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
     loop {
