@@ -199,30 +199,34 @@ macro_rules! exactly_once_for {
                     publisher: &impl Publisher,
                     now: Millis,
                 ) -> Result<RelayReport, RelayError> {
-                    let mut conn = self.pool.acquire().await?;
                     if !$locking {
-                        return self.pass(&mut conn, publisher, now).await;
+                        return self.pass(None, publisher, now).await;
                     }
+                    let mut conn = self.pool.acquire().await?;
                     if !$isolation.is_empty() {
                         // Applies to the next transaction on this connection only.
-                        sqlx::raw_sql($isolation).execute(&mut *conn).await?;
+                        sqlx::query::<$Db>($isolation).execute(&mut *conn).await?;
                     }
                     let mut tx = conn.begin().await?;
-                    let report = self.pass(&mut tx, publisher, now).await?;
+                    let report = self.pass(Some(&mut tx), publisher, now).await?;
                     tx.commit().await?;
                     Ok(report)
                 }
 
+                /// One pass with every statement in `tx`, or (without one) each on a
+                /// connection taken from the pool for that statement alone: then a pass never
+                /// holds a connection, or SQLite's write lock, while it publishes.
                 async fn pass(
                     &self,
-                    conn: &mut $Conn,
+                    mut tx: Option<&mut $Conn>,
                     publisher: &impl Publisher,
                     now: Millis,
                 ) -> Result<RelayReport, RelayError> {
-                    let rows = sqlx::query::<$Db>($pending)
-                        .bind(i64::from(self.batch))
-                        .fetch_all(&mut *conn)
-                        .await?;
+                    let pending = sqlx::query::<$Db>($pending).bind(i64::from(self.batch));
+                    let rows = match tx.as_deref_mut() {
+                        Some(conn) => pending.fetch_all(conn).await?,
+                        None => pending.fetch_all(&mut *self.pool.acquire().await?).await?,
+                    };
                     let mut report = RelayReport::default();
                     for row in rows {
                         let id: i64 = row.try_get(0)?;
@@ -231,18 +235,19 @@ macro_rules! exactly_once_for {
                             topic: row.try_get(2)?,
                             payload: row.try_get(3)?,
                         };
-                        match publisher.publish(&message).await {
-                            Ok(()) => {
-                                sqlx::query::<$Db>($published)
-                                    .bind(now)
-                                    .bind(id)
-                                    .execute(&mut *conn)
-                                    .await?;
-                                report.published += 1;
-                            }
+                        let published = publisher.publish(&message).await;
+                        let mark = match &published {
+                            Ok(()) => sqlx::query::<$Db>($published).bind(now).bind(id),
+                            Err(_) => sqlx::query::<$Db>($attempt).bind(id),
+                        };
+                        match tx.as_deref_mut() {
+                            Some(conn) => mark.execute(conn).await?,
+                            None => mark.execute(&mut *self.pool.acquire().await?).await?,
+                        };
+                        match published {
+                            Ok(()) => report.published += 1,
                             Err(e) => {
                                 tracing::warn!(error = %e, event_id = message.event_id, "outbox publish failed; will retry");
-                                sqlx::query::<$Db>($attempt).bind(id).execute(&mut *conn).await?;
                                 report.failed = Some(e.to_string());
                                 break;
                             }

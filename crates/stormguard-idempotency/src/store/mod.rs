@@ -17,6 +17,14 @@
 //! All times are epoch milliseconds chosen by the caller (see [`crate::clock`]); no store reads
 //! its server's clock for a decision.
 //!
+//! # Pools
+//!
+//! The SQL stores' own pools (`connect`, `open`) do not ping a connection before handing it out
+//! (sqlx's `test_before_acquire`, on by default, would double the round trips of every
+//! statement); a connection that died while idle fails its next statement instead, which
+//! `begin` reports as a store failure (`503`, the client retries) and the finishing writes
+//! retry up to three times.
+//!
 //! # Implementing a store
 //!
 //! Every store must make `begin`, `complete` and `release` atomic with respect to each other

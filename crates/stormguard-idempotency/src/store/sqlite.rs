@@ -25,8 +25,15 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path` in WAL mode with
-    /// `synchronous = NORMAL` and a 10 s busy timeout. Call [`migrate`](Self::migrate) once
-    /// before use.
+    /// `synchronous = NORMAL` and a 10 s busy timeout, on a pool of one connection. Call
+    /// [`migrate`](Self::migrate) once before use.
+    ///
+    /// One connection, because SQLite has one writer at a time and almost every statement of
+    /// the store writes: several connections of one process would only wait for each other in
+    /// SQLite's busy handler, which sleeps (1, 2, 5, 10 ms, …) instead of queueing; the pool
+    /// queues them without sleeping. Other processes on the same file still wait in the busy
+    /// handler. Applications with read-heavy work of their own on the same file can pass a
+    /// bigger pool to [`from_pool`](Self::from_pool).
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -35,7 +42,8 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10));
         let pool = SqlitePoolOptions::new()
-            .max_connections(4)
+            .max_connections(1)
+            .test_before_acquire(false)
             .connect_with(options)
             .await?;
         Ok(SqliteStore { pool })
@@ -79,6 +87,7 @@ sql_store! {
     tracking_table: "CREATE TABLE IF NOT EXISTS stormguard_idempotency_migrations (
         version INTEGER PRIMARY KEY, description TEXT NOT NULL,
         applied_at INTEGER NOT NULL DEFAULT (strftime('%s','now')))",
+    claim: "",
     insert: "INSERT INTO stormguard_idempotency
         (tenant, idem_key, state, fingerprint, lease_token, lease_until, expires_at, created_at)
         VALUES (?, ?, 0, ?, ?, ?, ?, ?) ON CONFLICT (tenant, idem_key) DO NOTHING",
