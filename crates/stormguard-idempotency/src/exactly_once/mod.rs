@@ -25,11 +25,21 @@
 //! - **Consumers deduplicate** with [`mark_processed`](sqlite::mark_processed) in the
 //!   transaction that applies the event: `false` means the event was already applied.
 //!
+//! - **Real brokers** behind the relay ([`Publisher`] sinks that count a message published
+//!   only once the broker took it): RabbitMQ with publisher confirms (`rabbitmq` feature,
+//!   [`rabbitmq::RabbitMqPublisher`]) and NATS JetStream (`nats` feature,
+//!   [`nats::JetStreamPublisher`]); both carry the event id for consumers to deduplicate by.
+//!
 //! The tables come with the stores' `migrate()` (files under `migrations/`).
 
 use std::future::Future;
 
 use axum::BoxError;
+
+#[cfg(feature = "nats")]
+pub mod nats;
+#[cfg(feature = "rabbitmq")]
+pub mod rabbitmq;
 
 /// One outgoing message of the outbox.
 #[derive(Clone, Debug, PartialEq, Eq)]

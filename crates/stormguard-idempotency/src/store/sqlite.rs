@@ -25,15 +25,10 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path` in WAL mode with
-    /// `synchronous = NORMAL` and a 10 s busy timeout, on a pool of one connection. Call
-    /// [`migrate`](Self::migrate) once before use.
-    ///
-    /// One connection, because SQLite has one writer at a time and almost every statement of
-    /// the store writes: several connections of one process would only wait for each other in
-    /// SQLite's busy handler, which sleeps (1, 2, 5, 10 ms, …) instead of queueing; the pool
-    /// queues them without sleeping. Other processes on the same file still wait in the busy
-    /// handler. Applications with read-heavy work of their own on the same file can pass a
-    /// bigger pool to [`from_pool`](Self::from_pool).
+    /// `synchronous = NORMAL` and a 10 s busy timeout, on a pool of four connections (each
+    /// runs on a thread of its own; measured on two cores, one connection halved the raw
+    /// statement rate and did not help the layer). Call [`migrate`](Self::migrate) once before
+    /// use.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -42,7 +37,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10));
         let pool = SqlitePoolOptions::new()
-            .max_connections(1)
+            .max_connections(4)
             .test_before_acquire(false)
             .connect_with(options)
             .await?;
