@@ -1,32 +1,33 @@
 //! Where `order.paid` goes: the broker the relay publishes to and the consumer reads from.
 //!
-//! Two brokers, one contract — at-least-once delivery with an explicit acknowledgement, so a
+//! Four brokers, one contract — at-least-once delivery with an explicit acknowledgement, so a
 //! consumer that crashes before acknowledging gets the message again (and its inbox skips it):
 //!
-//! - **table** (the default, no server): `payment_broker`, a queue table in the database
-//!   (with SQLite, in a second file beside it); acknowledged by setting `acked_at`;
-//! - **Redis Streams** (`--broker redis://…`): `XADD` to [`STREAM_KEY`], read through the
-//!   consumer group [`CONSUMER`] with `XREADGROUP`, acknowledged with `XACK`. A restarted
-//!   consumer first re-reads its own pending (delivered, unacknowledged) entries.
+//! - **table** (the default, no server): `payment_broker`, a queue table in the database;
+//!   acknowledged by setting `acked_at`;
+//! - **Redis Streams** (`--broker redis://…`, [`redis`]): `XADD`, a consumer group,
+//!   `XREADGROUP`, `XACK`;
+//! - **RabbitMQ** (`--broker amqp://…`, [`amqp`]): published with publisher confirms by
+//!   stormguard-idempotency's `RabbitMqPublisher`, consumed with `basic.get` and acknowledged;
+//! - **NATS JetStream** (`--broker nats://…`, [`nats`]): published by stormguard-idempotency's
+//!   `JetStreamPublisher` (which JetStream also deduplicates by event id), consumed through a
+//!   durable pull consumer and acknowledged.
+//!
+//! The consumer deduplicates by event id in every case.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
-use redis::aio::ConnectionManager;
+use axum::BoxError;
 use stormguard::classify::Outcome;
 use stormguard_idempotency::exactly_once::OutboxMessage;
 use stormguard_idempotency::store::Millis;
 
-use crate::callback::ORDER_PAID;
-use crate::store::{CONSUMER, Consumed, Event, Store, StoreError, classify_db_error};
+use crate::store::{Consumed, Event, Store, StoreError, classify_db_error};
 
-/// The Redis stream that carries `order.paid`.
-pub const STREAM_KEY: &str = "stormguard:payment-callback:order.paid";
-
-/// The consumer's name inside the group: one consumer, the same after a restart, so a
-/// restarted process finds the entries its predecessor received but never acknowledged.
-const CONSUMER_NAME: &str = "notifier-1";
+pub mod amqp;
+pub mod nats;
+pub mod redis;
 
 /// Which broker, from `--broker`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -36,11 +37,17 @@ pub enum BrokerUrl {
     Table,
     /// A Redis server (`redis://host:port/`).
     Redis(String),
+    /// A RabbitMQ server (`amqp://user:pass@host:5672/vhost`).
+    Amqp(String),
+    /// A NATS server with JetStream (`nats://host:4222`).
+    Nats(String),
 }
 
 /// A `--broker` that names no supported broker.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unsupported broker '{0}': expected table or redis://HOST:PORT/")]
+#[error(
+    "unsupported broker '{0}': expected table, redis://HOST:PORT/, amqp://USER:PASS@HOST:PORT/VHOST or nats://HOST:PORT"
+)]
 pub struct BadBrokerUrl(pub String);
 
 impl FromStr for BrokerUrl {
@@ -51,6 +58,10 @@ impl FromStr for BrokerUrl {
             Ok(BrokerUrl::Table)
         } else if s.starts_with("redis://") || s.starts_with("rediss://") {
             Ok(BrokerUrl::Redis(s.to_owned()))
+        } else if s.starts_with("amqp://") || s.starts_with("amqps://") {
+            Ok(BrokerUrl::Amqp(s.to_owned()))
+        } else if s.starts_with("nats://") {
+            Ok(BrokerUrl::Nats(s.to_owned()))
         } else {
             Err(BadBrokerUrl(s.to_owned()))
         }
@@ -61,17 +72,19 @@ impl fmt::Display for BrokerUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BrokerUrl::Table => f.write_str("table"),
-            BrokerUrl::Redis(url) => f.write_str(url),
+            BrokerUrl::Redis(url) | BrokerUrl::Amqp(url) | BrokerUrl::Nats(url) => f.write_str(url),
         }
     }
 }
 
 impl BrokerUrl {
-    /// A short name for tables and logs: `table` or `redis`.
+    /// A short name for tables and logs: `table`, `redis`, `amqp` or `nats`.
     pub fn kind(&self) -> &'static str {
         match self {
             BrokerUrl::Table => "table",
             BrokerUrl::Redis(_) => "redis",
+            BrokerUrl::Amqp(_) => "amqp",
+            BrokerUrl::Nats(_) => "nats",
         }
     }
 }
@@ -84,7 +97,16 @@ pub enum BrokerError {
     Sql(#[from] sqlx::Error),
     /// Redis.
     #[error("redis broker: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(#[from] ::redis::RedisError),
+    /// RabbitMQ.
+    #[error("rabbitmq broker: {0}")]
+    Amqp(#[from] lapin::Error),
+    /// NATS JetStream.
+    #[error("nats broker: {0}")]
+    Nats(String),
+    /// A relay sink of stormguard-idempotency (RabbitMQ, JetStream) refused or lost a message.
+    #[error("publishing: {0}")]
+    Sink(BoxError),
     /// Counting in the database.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -101,6 +123,8 @@ impl BrokerError {
             {
                 Outcome::InDoubt
             }
+            // A lost connection or an unconfirmed publish: publishing again is safe.
+            BrokerError::Amqp(_) | BrokerError::Nats(_) | BrokerError::Sink(_) => Outcome::InDoubt,
             BrokerError::Redis(_) | BrokerError::Store(_) => Outcome::NeverRetry,
         }
     }
@@ -123,78 +147,53 @@ pub enum Broker {
     /// The queue table of this store.
     Table(Store),
     /// A Redis stream.
-    Redis(ConnectionManager),
+    Redis(redis::RedisBroker),
+    /// A RabbitMQ queue.
+    Amqp(amqp::AmqpBroker),
+    /// A JetStream stream.
+    Nats(nats::NatsBroker),
 }
 
 impl fmt::Debug for Broker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Broker::Table(_) => f.write_str("Broker::Table"),
-            Broker::Redis(_) => f.write_str("Broker::Redis"),
-        }
+        f.write_str(match self {
+            Broker::Table(_) => "Broker::Table",
+            Broker::Redis(_) => "Broker::Redis",
+            Broker::Amqp(_) => "Broker::Amqp",
+            Broker::Nats(_) => "Broker::Nats",
+        })
     }
 }
-
-fn field<'a>(fields: &'a [Vec<u8>], name: &str) -> Option<&'a [u8]> {
-    fields
-        .chunks_exact(2)
-        .find(|kv| kv[0] == name.as_bytes())
-        .map(|kv| kv[1].as_slice())
-}
-
-type StreamEntry = (String, Vec<Vec<u8>>);
 
 impl Broker {
-    /// The table broker of `store`, or a connection to Redis (creating the stream and the
-    /// consumer group if needed).
+    /// The table broker of `store`, or a connection to the broker server (creating its
+    /// stream, queue or consumer group if needed).
     pub async fn connect(url: &BrokerUrl, store: &Store) -> Result<Broker, BrokerError> {
-        match url {
-            BrokerUrl::Table => Ok(Broker::Table(store.clone())),
-            BrokerUrl::Redis(url) => {
-                let client = redis::Client::open(url.as_str())?;
-                let broker = Broker::Redis(ConnectionManager::new(client).await?);
-                broker.create_group().await?;
-                Ok(broker)
-            }
-        }
+        Ok(match url {
+            BrokerUrl::Table => Broker::Table(store.clone()),
+            BrokerUrl::Redis(url) => Broker::Redis(redis::RedisBroker::connect(url).await?),
+            BrokerUrl::Amqp(url) => Broker::Amqp(amqp::AmqpBroker::connect(url).await?),
+            BrokerUrl::Nats(url) => Broker::Nats(nats::NatsBroker::connect(url).await?),
+        })
     }
 
-    async fn create_group(&self) -> Result<(), BrokerError> {
-        if let Broker::Redis(conn) = self {
-            let created: Result<(), redis::RedisError> = redis::cmd("XGROUP")
-                .arg("CREATE")
-                .arg(STREAM_KEY)
-                .arg(CONSUMER)
-                .arg("0")
-                .arg("MKSTREAM")
-                .query_async(&mut conn.clone())
-                .await;
-            match created {
-                Err(e) if e.code() != Some("BUSYGROUP") => return Err(e.into()),
-                _ => {}
-            }
+    /// Starts keeping count of every message published from now on (what
+    /// [`counts`](Self::counts) reads). Only RabbitMQ needs it: its consumed messages leave
+    /// the queue, so the counts come from a copy ([`amqp::AmqpBroker::audit`]).
+    pub async fn audit(&self) -> Result<(), BrokerError> {
+        match self {
+            Broker::Amqp(b) => b.audit().await,
+            Broker::Table(_) | Broker::Redis(_) | Broker::Nats(_) => Ok(()),
         }
-        Ok(())
     }
 
     /// Publishes one message.
     pub async fn publish(&self, message: &OutboxMessage, now: Millis) -> Result<(), BrokerError> {
         match self {
             Broker::Table(store) => Ok(store.publish(message, now).await?),
-            Broker::Redis(conn) => {
-                let _id: String = redis::cmd("XADD")
-                    .arg(STREAM_KEY)
-                    .arg("*")
-                    .arg("event_id")
-                    .arg(&message.event_id)
-                    .arg("topic")
-                    .arg(&message.topic)
-                    .arg("payload")
-                    .arg(&message.payload)
-                    .query_async(&mut conn.clone())
-                    .await?;
-                Ok(())
-            }
+            Broker::Redis(b) => b.publish(message).await,
+            Broker::Amqp(b) => b.publish(message).await,
+            Broker::Nats(b) => b.publish(message).await,
         }
     }
 
@@ -214,36 +213,9 @@ impl Broker {
                 table.acknowledge(&ids, now).await?;
                 Ok(done)
             }
-            Broker::Redis(conn) => {
-                let mut conn = conn.clone();
-                // Our own pending entries first (a predecessor crashed before XACK), then new.
-                let mut entries = read_group(&mut conn, "0", batch).await?;
-                if entries.is_empty() {
-                    entries = read_group(&mut conn, ">", batch).await?;
-                }
-                let (ids, events): (Vec<String>, Vec<Event>) = entries
-                    .into_iter()
-                    .map(|(id, fields)| {
-                        let event = Event {
-                            event_id: field(&fields, "event_id")
-                                .map(|v| String::from_utf8_lossy(v).into_owned())
-                                .unwrap_or_default(),
-                            payload: field(&fields, "payload").unwrap_or_default().to_vec(),
-                        };
-                        (id, event)
-                    })
-                    .unzip();
-                let done = store.apply(&events, now).await?;
-                if !ids.is_empty() {
-                    let _acked: i64 = redis::cmd("XACK")
-                        .arg(STREAM_KEY)
-                        .arg(CONSUMER)
-                        .arg(&ids)
-                        .query_async(&mut conn)
-                        .await?;
-                }
-                Ok(done)
-            }
+            Broker::Redis(b) => b.consume_once(store, batch, now).await,
+            Broker::Amqp(b) => b.consume_once(store, batch, now).await,
+            Broker::Nats(b) => b.consume_once(store, batch, now).await,
         }
     }
 
@@ -251,81 +223,29 @@ impl Broker {
     pub async fn counts(&self, prefix: &str) -> Result<BrokerCounts, BrokerError> {
         match self {
             Broker::Table(store) => Ok(store.broker_counts(prefix).await?),
-            Broker::Redis(conn) => {
-                let mut conn = conn.clone();
-                let wanted = format!("{ORDER_PAID}/{prefix}");
-                let entries: Vec<StreamEntry> = redis::cmd("XRANGE")
-                    .arg(STREAM_KEY)
-                    .arg("-")
-                    .arg("+")
-                    .query_async(&mut conn)
-                    .await?;
-                let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
-                    .arg(STREAM_KEY)
-                    .arg(CONSUMER)
-                    .arg("-")
-                    .arg("+")
-                    .arg(i64::MAX)
-                    .query_async(&mut conn)
-                    .await?;
-                let pending: HashSet<String> = pending.into_iter().map(|p| p.0).collect();
-                let mut counts = BrokerCounts::default();
-                let mut distinct = HashSet::new();
-                for (id, fields) in entries {
-                    let Some(event_id) = field(&fields, "event_id") else {
-                        continue;
-                    };
-                    if !event_id.starts_with(wanted.as_bytes()) {
-                        continue;
-                    }
-                    counts.messages += 1;
-                    if !pending.contains(&id) {
-                        counts.acked += 1;
-                    }
-                    distinct.insert(event_id.to_vec());
-                }
-                counts.distinct = i64::try_from(distinct.len()).unwrap_or(i64::MAX);
-                Ok(counts)
-            }
+            Broker::Redis(b) => b.counts(prefix).await,
+            Broker::Amqp(b) => b.counts(prefix).await,
+            Broker::Nats(b) => b.counts(prefix).await,
         }
     }
 
-    /// Deletes every message (the table's rows, or the stream and its group, created anew).
+    /// Deletes every message (and creates the stream, queue or group anew).
     pub async fn reset(&self) -> Result<(), BrokerError> {
         match self {
             Broker::Table(store) => Ok(store.reset_broker().await?),
-            Broker::Redis(conn) => {
-                let _: i64 = redis::cmd("DEL")
-                    .arg(STREAM_KEY)
-                    .query_async(&mut conn.clone())
-                    .await?;
-                self.create_group().await
-            }
+            Broker::Redis(b) => b.reset().await,
+            Broker::Amqp(b) => b.reset().await,
+            Broker::Nats(b) => b.reset().await,
         }
     }
 }
 
-async fn read_group(
-    conn: &mut ConnectionManager,
-    from: &str,
-    batch: u32,
-) -> Result<Vec<StreamEntry>, BrokerError> {
-    let reply: Option<Vec<(String, Vec<StreamEntry>)>> = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(CONSUMER)
-        .arg(CONSUMER_NAME)
-        .arg("COUNT")
-        .arg(batch)
-        .arg("STREAMS")
-        .arg(STREAM_KEY)
-        .arg(from)
-        .query_async(conn)
-        .await?;
-    Ok(reply
-        .into_iter()
-        .flatten()
-        .flat_map(|(_, entries)| entries)
-        .collect())
+/// The event a broker message carries (its payload and event id), as the consumer applies it.
+fn event(event_id: impl Into<String>, payload: Vec<u8>) -> Event {
+    Event {
+        event_id: event_id.into(),
+        payload,
+    }
 }
 
 #[cfg(test)]
@@ -341,23 +261,20 @@ mod tests {
                 .map(|b| b.kind()),
             Ok("redis")
         );
-        for bad in ["", "kafka://x", "Table"] {
+        assert_eq!(
+            "amqp://guest:guest@127.0.0.1:5672/%2f"
+                .parse::<BrokerUrl>()
+                .map(|b| b.kind()),
+            Ok("amqp")
+        );
+        assert_eq!(
+            "nats://127.0.0.1:4222".parse::<BrokerUrl>().map(|b| b.kind()),
+            Ok("nats")
+        );
+        for bad in ["", "kafka://x", "Table", "nats:/x"] {
             assert!(bad.parse::<BrokerUrl>().is_err(), "{bad}");
         }
         let url = BrokerUrl::Redis("redis://h:1/".into());
         assert_eq!(url.to_string().parse(), Ok(url));
-    }
-
-    #[test]
-    fn fields_are_found_by_name() {
-        let fields = vec![
-            b"event_id".to_vec(),
-            b"e1".to_vec(),
-            b"payload".to_vec(),
-            b"{}".to_vec(),
-        ];
-        assert_eq!(field(&fields, "payload"), Some(&b"{}"[..]));
-        assert_eq!(field(&fields, "topic"), None);
-        assert_eq!(field(&fields[..3], "payload"), None);
     }
 }
