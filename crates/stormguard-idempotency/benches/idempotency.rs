@@ -212,14 +212,13 @@ fn print(no_layer: f64, rows: &[Row]) {
     println!();
     println!("HTTP without the layer: {no_layer:.0} req/s ({CONC} clients)");
     println!(
-        "{:<10} {:>11} {:>13} {:>7} {:>17} {:<44} {}",
+        "{:<10} {:>11} {:>13} {:>7} {:>17} {:<44} external peer",
         "store",
         "layer req/s",
         "raw req/s",
         "ratio",
         "RT new / replay",
-        "commits, syncs / new-key request",
-        "external peer"
+        "commits, syncs / new-key request"
     );
     for r in rows {
         let rt = r

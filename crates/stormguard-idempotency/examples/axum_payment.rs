@@ -97,7 +97,8 @@ macro_rules! on_db {
     };
 }
 
-const INSERT_PAYMENT: &str = "INSERT INTO payments (id, tenant, amount, currency) VALUES (?, ?, ?, ?)";
+const INSERT_PAYMENT: &str =
+    "INSERT INTO payments (id, tenant, amount, currency) VALUES (?, ?, ?, ?)";
 
 #[derive(Deserialize)]
 struct PaymentRequest {
@@ -124,7 +125,8 @@ async fn create_payment(
         .to_owned();
     let id = format!("pay_{:016x}", rand::random::<u64>());
     let now = WallClock::system().now_millis();
-    let event = serde_json::json!({ "payment": id, "amount": req.amount, "currency": req.currency });
+    let event =
+        serde_json::json!({ "payment": id, "amount": req.amount, "currency": req.currency });
     let message = OutboxMessage::new("payment.created", event.to_string());
     // The business row and its event: both or neither.
     on_db!(&db, |pool, eo, sql| {
@@ -137,7 +139,9 @@ async fn create_payment(
             .execute(&mut *tx)
             .await
             .map_err(internal)?;
-        eo::enqueue(&mut tx, &message, now).await.map_err(internal)?;
+        eo::enqueue(&mut tx, &message, now)
+            .await
+            .map_err(internal)?;
         tx.commit().await.map_err(internal)?;
     });
     let body = serde_json::json!({
@@ -263,9 +267,11 @@ async fn open(args: &Args) -> Result<(Db, Arc<dyn Store>), Error> {
         #[cfg(feature = "redis")]
         {
             let (db, _) = open_sql(&args.database).await?;
-            let store =
-                stormguard_idempotency::store::redis::RedisStore::connect(&args.store, "axum_payment:")
-                    .await?;
+            let store = stormguard_idempotency::store::redis::RedisStore::connect(
+                &args.store,
+                "axum_payment:",
+            )
+            .await?;
             return Ok((db, Arc::new(store)));
         }
         #[cfg(not(feature = "redis"))]

@@ -26,7 +26,9 @@ fn url(var: &str, test: &str) -> Option<String> {
 #[cfg(not(all(feature = "rabbitmq", feature = "nats")))]
 fn skip_without_feature(test: &str, feature: &str) {
     if std::env::var("STORMGUARD_REQUIRE_ALL_STORES").as_deref() == Ok("1") {
-        panic!("{test}: the `{feature}` feature is not enabled but STORMGUARD_REQUIRE_ALL_STORES=1");
+        panic!(
+            "{test}: the `{feature}` feature is not enabled but STORMGUARD_REQUIRE_ALL_STORES=1"
+        );
     }
     let _ = writeln!(
         std::io::stderr(),
@@ -36,10 +38,19 @@ fn skip_without_feature(test: &str, feature: &str) {
 
 /// A SQLite outbox holding `n` messages.
 #[cfg(any(feature = "rabbitmq", feature = "nats"))]
-async fn outbox(n: usize) -> (support::TestEnv, sqlx::SqlitePool, Vec<stormguard_idempotency::exactly_once::OutboxMessage>) {
+async fn outbox(
+    n: usize,
+) -> (
+    support::TestEnv,
+    sqlx::SqlitePool,
+    Vec<stormguard_idempotency::exactly_once::OutboxMessage>,
+) {
     use stormguard_idempotency::exactly_once::OutboxMessage;
     use stormguard_idempotency::exactly_once::sqlite::enqueue;
-    let env = support::Backend::SqliteFile.open("brokers").await.expect("sqlite");
+    let env = support::Backend::SqliteFile
+        .open("brokers")
+        .await
+        .expect("sqlite");
     let pool = env.sqlite_pool().expect("pool");
     let mut sent = Vec::new();
     for i in 0..n {
@@ -71,32 +82,53 @@ async fn rabbitmq_relay_confirms_and_consumers_deduplicate() {
     let channel = conn.create_channel().await.expect("channel");
     // A private queue bound to amq.direct under a routing key of its own.
     let queue = channel
-        .queue_declare("".into(), QueueDeclareOptions { exclusive: true, ..QueueDeclareOptions::default() }, FieldTable::default())
+        .queue_declare(
+            "".into(),
+            QueueDeclareOptions {
+                exclusive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
         .await
         .expect("queue");
     let topic = format!("sg-test-{}", queue.name().as_str());
     channel
-        .queue_bind(queue.name().clone(), "amq.direct".into(), topic.as_str().into(), QueueBindOptions::default(), FieldTable::default())
+        .queue_bind(
+            queue.name().clone(),
+            "amq.direct".into(),
+            topic.as_str().into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .expect("bind");
     let (env, pool, _) = outbox(0).await;
     let mut sent = Vec::new();
     for i in 0..3 {
-        let m = stormguard_idempotency::exactly_once::OutboxMessage::new(topic.clone(), format!("{i}"));
+        let m =
+            stormguard_idempotency::exactly_once::OutboxMessage::new(topic.clone(), format!("{i}"));
         let mut tx = pool.begin().await.expect("begin");
-        stormguard_idempotency::exactly_once::sqlite::enqueue(&mut tx, &m, 1).await.expect("enqueue");
+        stormguard_idempotency::exactly_once::sqlite::enqueue(&mut tx, &m, 1)
+            .await
+            .expect("enqueue");
         tx.commit().await.expect("commit");
         sent.push(m);
     }
-    let publisher = RabbitMqPublisher::new(conn.create_channel().await.expect("channel"), "amq.direct")
+    let publisher =
+        RabbitMqPublisher::new(conn.create_channel().await.expect("channel"), "amq.direct")
+            .await
+            .expect("confirm mode");
+    let report = Relay::new(pool.clone())
+        .run_once(&publisher, 2)
         .await
-        .expect("confirm mode");
-    let report = Relay::new(pool.clone()).run_once(&publisher, 2).await.expect("relay");
+        .expect("relay");
     assert_eq!(report.published, 3, "{report:?}");
     // The relay "crashed" before marking one: it is published again with the same id.
     publisher.publish(&sent[1]).await.expect("republish");
     // An unroutable message is an error, not a silent loss.
-    let lost = stormguard_idempotency::exactly_once::OutboxMessage::new(format!("{topic}-nobody"), "x");
+    let lost =
+        stormguard_idempotency::exactly_once::OutboxMessage::new(format!("{topic}-nobody"), "x");
     let err = publisher.publish(&lost).await.expect_err("no queue bound");
     assert!(err.to_string().contains("no queue is bound"), "{err}");
 
@@ -108,10 +140,23 @@ async fn rabbitmq_relay_confirms_and_consumers_deduplicate() {
         .expect("get")
     {
         deliveries += 1;
-        let id = got.delivery.properties.message_id().as_ref().map(|s| s.as_str().to_owned()).expect("message_id");
-        assert_eq!(got.delivery.properties.delivery_mode(), &Some(2), "persistent");
+        let id = got
+            .delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|s| s.as_str().to_owned())
+            .expect("message_id");
+        assert_eq!(
+            got.delivery.properties.delivery_mode(),
+            &Some(2),
+            "persistent"
+        );
         let mut c = pool.acquire().await.expect("conn");
-        if mark_processed(&mut c, "consumer", &id, 3).await.expect("inbox") {
+        if mark_processed(&mut c, "consumer", &id, 3)
+            .await
+            .expect("inbox")
+        {
             applied.push(id);
         }
     }
@@ -153,24 +198,44 @@ async fn jetstream_relay_is_acknowledged_and_deduplicated_by_event_id() {
         .expect("stream");
     let (env, pool, sent) = outbox(3).await;
     let publisher = JetStreamPublisher::new(js.clone(), prefix.clone());
-    let report = Relay::new(pool.clone()).run_once(&publisher, 2).await.expect("relay");
+    let report = Relay::new(pool.clone())
+        .run_once(&publisher, 2)
+        .await
+        .expect("relay");
     assert_eq!(report.published, 3, "{report:?}");
     // Published again (a relay crash before marking): JetStream keeps one copy.
     publisher.publish(&sent[1]).await.expect("republish");
     let mut info = stream.clone();
-    assert_eq!(info.info().await.expect("info").state.messages, 3, "deduplicated by Nats-Msg-Id");
+    assert_eq!(
+        info.info().await.expect("info").state.messages,
+        3,
+        "deduplicated by Nats-Msg-Id"
+    );
 
     let consumer = stream
         .create_consumer(async_nats::jetstream::consumer::pull::Config::default())
         .await
         .expect("consumer");
-    let mut batch = consumer.fetch().max_messages(10).messages().await.expect("fetch");
+    let mut batch = consumer
+        .fetch()
+        .max_messages(10)
+        .messages()
+        .await
+        .expect("fetch");
     let mut applied = Vec::new();
     while let Some(m) = batch.next().await {
         let m = m.expect("message");
-        let id = m.headers.as_ref().and_then(|h| h.get(MSG_ID)).map(|v| v.to_string()).expect("id");
+        let id = m
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(MSG_ID))
+            .map(|v| v.to_string())
+            .expect("id");
         let mut c = pool.acquire().await.expect("conn");
-        if mark_processed(&mut c, "consumer", &id, 3).await.expect("inbox") {
+        if mark_processed(&mut c, "consumer", &id, 3)
+            .await
+            .expect("inbox")
+        {
             applied.push(id);
         }
         m.ack().await.expect("ack");

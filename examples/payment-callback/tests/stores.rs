@@ -168,7 +168,10 @@ async fn sqlite_with_rabbitmq() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_with_nats_jetstream() {
-    if let Some(url) = url_from("STORMGUARD_TEST_NATS_URL", "stores::sqlite_with_nats_jetstream") {
+    if let Some(url) = url_from(
+        "STORMGUARD_TEST_NATS_URL",
+        "stores::sqlite_with_nats_jetstream",
+    ) {
         let dir = tempfile::tempdir().expect("tempdir");
         exactly_once(
             DatabaseUrl::Sqlite(dir.path().join("pay.db")),

@@ -13,8 +13,8 @@
 //! (or the other databases' equivalent), since a message may be published twice.
 
 use axum::BoxError;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::Confirmation;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel};
 
 use super::{OutboxMessage, Publisher};
@@ -111,7 +111,9 @@ impl Publisher for RabbitMqPublisher {
             }
             .into()),
             Confirmation::Nack(_) => Err(RabbitMqPublishError::Nacked { event_id }.into()),
-            Confirmation::NotRequested => Err(RabbitMqPublishError::NotConfirmed { event_id }.into()),
+            Confirmation::NotRequested => {
+                Err(RabbitMqPublishError::NotConfirmed { event_id }.into())
+            }
         }
     }
 }

@@ -85,7 +85,8 @@ impl AmqpBroker {
                 FieldTable::default(),
             )
             .await?;
-        let publisher = RabbitMqPublisher::new(connection.create_channel().await?, EXCHANGE).await?;
+        let publisher =
+            RabbitMqPublisher::new(connection.create_channel().await?, EXCHANGE).await?;
         Ok(AmqpBroker {
             inner: Arc::new(Inner {
                 _connection: connection,

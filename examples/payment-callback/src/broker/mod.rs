@@ -268,7 +268,9 @@ mod tests {
             Ok("amqp")
         );
         assert_eq!(
-            "nats://127.0.0.1:4222".parse::<BrokerUrl>().map(|b| b.kind()),
+            "nats://127.0.0.1:4222"
+                .parse::<BrokerUrl>()
+                .map(|b| b.kind()),
             Ok("nats")
         );
         for bad in ["", "kafka://x", "Table", "nats:/x"] {

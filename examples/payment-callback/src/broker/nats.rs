@@ -32,6 +32,10 @@ fn nats_err(e: impl std::fmt::Display) -> BrokerError {
 /// A connection to the stream and its durable consumer.
 #[derive(Clone)]
 pub struct NatsBroker {
+    inner: std::sync::Arc<Inner>,
+}
+
+struct Inner {
     stream: Stream,
     publisher: JetStreamPublisher,
     consumer: PullConsumer,
@@ -65,14 +69,17 @@ impl NatsBroker {
             .await
             .map_err(nats_err)?;
         Ok(NatsBroker {
-            stream,
-            publisher: JetStreamPublisher::new(jetstream, SUBJECT_PREFIX),
-            consumer,
+            inner: std::sync::Arc::new(Inner {
+                stream,
+                publisher: JetStreamPublisher::new(jetstream, SUBJECT_PREFIX),
+                consumer,
+            }),
         })
     }
 
     pub(super) async fn publish(&self, message: &OutboxMessage) -> Result<(), BrokerError> {
-        self.publisher
+        self.inner
+            .publisher
             .publish(message)
             .await
             .map_err(BrokerError::Sink)
@@ -85,6 +92,7 @@ impl NatsBroker {
         now: Millis,
     ) -> Result<Consumed, BrokerError> {
         let mut messages = self
+            .inner
             .consumer
             .fetch()
             .max_messages(usize::try_from(batch).unwrap_or(100))
@@ -117,6 +125,7 @@ impl NatsBroker {
     pub(super) async fn counts(&self, prefix: &str) -> Result<BrokerCounts, BrokerError> {
         // Read the whole stream through a throwaway consumer.
         let reader: PullConsumer = self
+            .inner
             .stream
             .create_consumer(pull::Config {
                 deliver_policy: DeliverPolicy::All,
@@ -157,7 +166,7 @@ impl NatsBroker {
             }
         }
         counts.distinct = i64::try_from(distinct.len()).unwrap_or(i64::MAX);
-        let mut consumer = self.consumer.clone();
+        let mut consumer = self.inner.consumer.clone();
         let info = consumer.info().await.map_err(nats_err)?;
         let unconsumed = i64::try_from(info.num_pending)
             .unwrap_or(i64::MAX)
@@ -167,7 +176,7 @@ impl NatsBroker {
     }
 
     pub(super) async fn reset(&self) -> Result<(), BrokerError> {
-        self.stream.purge().await.map_err(nats_err)?;
+        self.inner.stream.purge().await.map_err(nats_err)?;
         Ok(())
     }
 }
