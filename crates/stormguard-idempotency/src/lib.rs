@@ -23,8 +23,10 @@
 //!    path and query, and the SHA-256 of the canonical body (JSON with sorted keys), extensible
 //!    with [`Fingerprinter`];
 //! 3. the store *begins* the key: a new key takes a lease with a fresh random fencing token and
-//!    the handler runs; a completed key is replayed byte for byte (status, body, allow-listed
-//!    headers) with `Idempotent-Replayed: true`; a key in flight → `409` (or, with
+//!    the handler runs (the lease follows the request's deadline when it has one: see
+//!    [`LeaseDeadline`]); a completed key is replayed byte for byte (status, body, every
+//!    end-to-end header but `Set-Cookie`: see [`ReplayedHeaders`]) with
+//!    `Idempotent-Replayed: true`; a key in flight → `409` (or, with
 //!    [`InFlight::Wait`], wait for the result and replay it); the same key with another
 //!    fingerprint → `422`; a key whose lease has expired (its holder crashed) is taken over;
 //! 4. the handler's response is stored when the [`StorePolicy`] says so (2xx by default) and it
@@ -33,7 +35,11 @@
 //!    release the key so a retry runs again.
 //!
 //! A store failure fails closed: `503` and the handler does not run
-//! ([`FailureMode::Open`] is an explicit, logged alternative).
+//! ([`FailureMode::Open`] is an explicit, logged alternative). After the handler ran, its
+//! answer always reaches the client: a failed completion is retried, and if the store stays
+//! down the key stays in flight until its lease ends (duplicates get `503` or `409`, never a
+//! second run within the lease). A response body that fails is answered `502`, and the key is
+//! completed without a response, so a retry gets `409` instead of running the handler again.
 //!
 //! # Choices where the draft is silent
 //!
@@ -55,7 +61,11 @@
 //!   *outside* this layer never reach it at all, which is the recommended order.
 //! - **A tenant extractor that returns `None`** makes the layer answer `401` problem+json: a key
 //!   without a scope is never looked up.
-//! - **Tenants longer than 255 bytes** are stored as `sha256:<hex>` of the tenant.
+//! - **Tenants longer than 255 bytes**, and tenants that start with `sha256:` or contain a
+//!   NUL byte, are stored as `sha256:<hex>` of the tenant, so that no tenant can name another
+//!   one's scope ([`ScopedKey::new`]).
+//! - **JSON bodies** are compared with every number exactly as sent
+//!   ([`fingerprint::canonical_json`]): `1.0` and `1` are different requests.
 //! - **The client disconnecting** cancels the handler like a crash: the lease stays until it
 //!   expires, then a retry takes over.
 //!
