@@ -127,16 +127,20 @@ macro_rules! sql_store {
                     let key = req.key.key().as_str();
                     let fp: &[u8] = req.fingerprint.as_bytes();
                     let mut last_err = None;
+                    // The claim's arguments, in the order both claim statements take them.
+                    let claiming = |statement: &'static str| {
+                        sqlx::query::<$Db>(statement)
+                            .bind(tenant)
+                            .bind(key)
+                            .bind(fp)
+                            .bind(req.token.0)
+                            .bind(req.lease_until)
+                            .bind(req.expires_at)
+                            .bind(req.now)
+                    };
                     for _ in 0..BEGIN_ATTEMPTS {
                         let row = if $claim.is_empty() {
-                            let rows = sqlx::query::<$Db>($insert)
-                                .bind(tenant)
-                                .bind(key)
-                                .bind(fp)
-                                .bind(req.token.0)
-                                .bind(req.lease_until)
-                                .bind(req.expires_at)
-                                .bind(req.now)
+                            let rows = claiming($insert)
                                 .execute(&self.pool)
                                 .await
                                 .map(|r| r.rows_affected());
@@ -157,14 +161,7 @@ macro_rules! sql_store {
                                 .fetch_optional(&self.pool)
                                 .await?
                         } else {
-                            let claimed = sqlx::query::<$Db>($claim)
-                                .bind(tenant)
-                                .bind(key)
-                                .bind(fp)
-                                .bind(req.token.0)
-                                .bind(req.lease_until)
-                                .bind(req.expires_at)
-                                .bind(req.now)
+                            let claimed = claiming($claim)
                                 .fetch_optional(&self.pool)
                                 .await;
                             match claimed {

@@ -25,6 +25,15 @@ pub const STREAM: &str = "STORMGUARD_PAYMENT_CALLBACK";
 /// Subjects are this followed by the topic.
 pub const SUBJECT_PREFIX: &str = "stormguard.payment-callback.";
 
+/// The event id a message carries in its `Nats-Msg-Id` header.
+fn event_id_of(m: &async_nats::Message) -> String {
+    m.headers
+        .as_ref()
+        .and_then(|h| h.get(MSG_ID))
+        .map(|v| v.to_string())
+        .unwrap_or_default()
+}
+
 fn nats_err(e: impl std::fmt::Display) -> BrokerError {
     BrokerError::Nats(e.to_string())
 }
@@ -106,12 +115,7 @@ impl NatsBroker {
         let events: Vec<_> = received
             .iter()
             .map(|m| {
-                let id = m
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get(MSG_ID))
-                    .map(|v| v.to_string())
-                    .unwrap_or_default();
+                let id = event_id_of(&m);
                 event(id, m.payload.to_vec())
             })
             .collect();
@@ -150,12 +154,7 @@ impl NatsBroker {
             while let Some(m) = batch.next().await {
                 let m = m.map_err(nats_err)?;
                 got += 1;
-                let id = m
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get(MSG_ID))
-                    .map(|v| v.to_string())
-                    .unwrap_or_default();
+                let id = event_id_of(&m);
                 if id.starts_with(&wanted) {
                     counts.messages += 1;
                     distinct.insert(id);
