@@ -161,9 +161,7 @@ macro_rules! sql_store {
                                 .fetch_optional(&self.pool)
                                 .await?
                         } else {
-                            let claimed = claiming($claim)
-                                .fetch_optional(&self.pool)
-                                .await;
+                            let claimed = claiming($claim).fetch_optional(&self.pool).await;
                             match claimed {
                                 Ok(Some(row)) if row.try_get::<Option<i64>, _>(0)?.is_none() => {
                                     return Ok($crate::Begin::Acquired { took_over: false });

@@ -114,10 +114,7 @@ impl NatsBroker {
         }
         let events: Vec<_> = received
             .iter()
-            .map(|m| {
-                let id = event_id_of(&m);
-                event(id, m.payload.to_vec())
-            })
+            .map(|m| event(event_id_of(m), m.payload.to_vec()))
             .collect();
         let done = store.apply(&events, now).await?;
         for m in &received {
