@@ -16,7 +16,8 @@
 //!   sequential requests (a round trip is each time the client speaks after the server did),
 //!   for a new key and for a replay;
 //! - **commits and WAL syncs / request** for PostgreSQL (`pg_stat_database.xact_commit`,
-//!   `pg_stat_wal.wal_sync`) and MariaDB (`Handler_commit`, `Innodb_os_log_fsyncs`);
+//!   `pg_stat_wal.wal_sync`) and MariaDB (`Handler_commit`, and `Innodb_os_log_fsyncs` or,
+//!   where MariaDB no longer has it, `Innodb_data_fsyncs`);
 //! - **external peers**: `pgbench` with the same two statements and `redis-benchmark` with
 //!   `SET NX PX`, when the tools are installed.
 //!
@@ -439,7 +440,7 @@ async fn postgres(url: &str) -> Row {
 
 async fn mysql_counters(pool: &sqlx::MySqlPool) -> (i64, i64) {
     let rows: Vec<(String, String)> = sqlx::query_as(
-        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Handler_commit', 'Innodb_os_log_fsyncs')",
+        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Handler_commit', 'Innodb_os_log_fsyncs', 'Innodb_data_fsyncs')",
     )
     .fetch_all(pool)
     .await
@@ -450,7 +451,12 @@ async fn mysql_counters(pool: &sqlx::MySqlPool) -> (i64, i64) {
             .and_then(|(_, v)| v.parse().ok())
             .unwrap_or(0)
     };
-    (get("Handler_commit"), get("Innodb_os_log_fsyncs"))
+    // MySQL counts log fsyncs; MariaDB 10.11 only counts all InnoDB fsyncs.
+    let log = get("Innodb_os_log_fsyncs");
+    (
+        get("Handler_commit"),
+        if log > 0 { log } else { get("Innodb_data_fsyncs") },
+    )
 }
 
 async fn mysql(url: &str) -> Row {
