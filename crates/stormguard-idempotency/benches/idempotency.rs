@@ -455,7 +455,11 @@ async fn mysql_counters(pool: &sqlx::MySqlPool) -> (i64, i64) {
     let log = get("Innodb_os_log_fsyncs");
     (
         get("Handler_commit"),
-        if log > 0 { log } else { get("Innodb_data_fsyncs") },
+        if log > 0 {
+            log
+        } else {
+            get("Innodb_data_fsyncs")
+        },
     )
 }
 
@@ -486,11 +490,7 @@ async fn mysql(url: &str) -> Row {
     let layer = layer_rate(&client).await;
     let (c1, s1) = mysql_counters(&stats).await;
     let per = |d: i64| d as f64 / (TOTAL + 100) as f64;
-    let commits = format!(
-        "{:.2} commits, {:.2} log fsyncs",
-        per(c1 - c0),
-        per(s1 - s0)
-    );
+    let commits = format!("{:.2} commits, {:.2} fsyncs", per(c1 - c0), per(s1 - s0));
     let pool = store.pool().clone();
     let (c0, s0) = mysql_counters(&stats).await;
     let raw = rate(move |i| {
