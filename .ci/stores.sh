@@ -1,9 +1,10 @@
-# --- stormguard-idempotency: database servers for the store tests --------------------------
+# --- stormguard-idempotency: database and broker servers for the store tests ---------------
 # Source this from .ci/run before `cargo test` (it exports variables). It starts PostgreSQL,
-# MariaDB and Redis if they are down, waits (bounded) until each answers, makes sure the
-# `test` databases exist, exports STORMGUARD_TEST_{POSTGRES,MYSQL,REDIS}_URL and
-# STORMGUARD_REQUIRE_ALL_STORES=1 (so a store test can never silently skip in CI), and exits
-# non-zero with a clear message if a server cannot be reached.
+# MariaDB, Redis, RabbitMQ and NATS (with JetStream) if they are down, waits (bounded) until
+# each answers, makes sure the `test` databases exist, exports
+# STORMGUARD_TEST_{POSTGRES,MYSQL,REDIS,AMQP,NATS}_URL and STORMGUARD_REQUIRE_ALL_STORES=1 (so
+# a store or broker test can never silently skip in CI), and exits non-zero with a clear
+# message if a server cannot be reached.
 
 sg_fail() {
     echo "ci: ERROR: $*" >&2
@@ -60,11 +61,34 @@ fi
 sg_redis_ping() { [ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" = "PONG" ]; }
 sg_wait Redis 30 sg_redis_ping
 
+# RabbitMQ (guest/guest on 127.0.0.1:5672). rabbitmqctl needs the Erlang cookie of the node;
+# the AMQP port answering is what the tests need, so that is what is waited for.
+sg_port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+sg_amqp_up() { sg_port_open 5672; }
+if ! sg_amqp_up; then
+    echo "ci: starting RabbitMQ"
+    rabbitmq-server -detached || echo "ci: rabbitmq-server failed; waiting anyway" >&2
+fi
+sg_wait RabbitMQ 90 sg_amqp_up
+
+# NATS with JetStream on 127.0.0.1:4222.
+sg_nats_up() { sg_port_open 4222; }
+if ! sg_nats_up; then
+    echo "ci: starting NATS (JetStream)"
+    mkdir -p /var/lib/nats-server
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+        -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log \
+        || echo "ci: nats-server failed; waiting anyway" >&2
+fi
+sg_wait NATS 30 sg_nats_up
+
 export STORMGUARD_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:5432/test"
 export STORMGUARD_TEST_MYSQL_URL="mysql://root@127.0.0.1:3306/test"
 export STORMGUARD_TEST_REDIS_URL="redis://127.0.0.1:6379/"
+export STORMGUARD_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:5672/%2f"
+export STORMGUARD_TEST_NATS_URL="nats://127.0.0.1:4222"
 export STORMGUARD_REQUIRE_ALL_STORES=1
-echo "ci: store test URLs exported"
+echo "ci: store and broker test URLs exported"
 
 # Then, for example:
 #   cargo test -p stormguard-idempotency --all-features

@@ -28,6 +28,8 @@ pub(crate) struct Cli {
 
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
+// Parsed once per run: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Command {
     /// Simulate retry storms, amplification, budgets and overload on a virtual clock.
     #[command(long_about = help::SIMULATE)]

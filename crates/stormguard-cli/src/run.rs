@@ -21,6 +21,8 @@ pub(crate) enum Failure {
     Io(String),
     /// A demo found a violated invariant or could not run: exit status 1.
     Failed(String),
+    /// A demo program exited with this status and has said why itself.
+    Exit(u8),
 }
 
 impl Failure {
@@ -29,6 +31,7 @@ impl Failure {
         match self {
             Failure::Usage(_) => 2,
             Failure::Io(_) | Failure::Failed(_) => 1,
+            Failure::Exit(code) => *code,
         }
     }
 }
@@ -37,6 +40,7 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Failure::Usage(m) | Failure::Io(m) | Failure::Failed(m) => f.write_str(m),
+            Failure::Exit(code) => write!(f, "the demo exited with status {code}"),
         }
     }
 }

@@ -1,11 +1,25 @@
-//! A payment endpoint behind the `Idempotency-Key` layer, on the embedded SQLite store.
+//! A payment endpoint behind the `Idempotency-Key` layer, on any of the four stores.
 //!
 //! ```text
-//! cargo run --example axum_payment            # serve on 127.0.0.1:3000
-//! cargo run --example axum_payment -- --demo  # serve on an ephemeral port, send a few requests, exit
+//! cargo run -p stormguard-idempotency --example axum_payment                      # SQLite file ./axum_payment.db, 127.0.0.1:3000
+//! cargo run -p stormguard-idempotency --example axum_payment -- --demo            # ephemeral port, a few requests, exit
+//! cargo run -p stormguard-idempotency --all-features --example axum_payment -- \
+//!     --store postgres://postgres@127.0.0.1:5432/test --listen 127.0.0.1:3001
 //! ```
 //!
-//! Then, for example:
+//! Options:
+//!
+//! - `--store URL`: where idempotency records live: `sqlite:PATH` (default
+//!   `sqlite:axum_payment.db`, kept across restarts), `postgres://…`, `mysql://…` (MariaDB) or
+//!   `redis://…`. The payments and their outbox go to the same database for the SQL stores;
+//!   with Redis they go to `--database`.
+//! - `--database URL`: the payments database when the store is Redis (default
+//!   `sqlite:axum_payment.db`).
+//! - `--listen ADDR`: the address to serve on (default `127.0.0.1:3000`).
+//! - `--demo`: serve on an ephemeral port, send the requests below, print the answers, exit.
+//!
+//! PostgreSQL, MariaDB and Redis need the crate features `postgres`, `mysql`, `redis`
+//! (`--all-features`). Then, for example:
 //!
 //! ```text
 //! curl -i -X POST localhost:3000/payments -H 'x-api-key: acme' -H 'content-type: application/json' \
@@ -15,9 +29,11 @@
 //! Send it twice: the second answer is the first one, byte for byte, with
 //! `Idempotent-Replayed: true`, and only one payment row and one outbox message exist. The
 //! payment and its `payment.created` event are written in one transaction (the outbox), and a
-//! relay publishes the event (here: logs it) with a stable event id.
+//! relay publishes the event (here: prints it) with a stable event id.
 
 use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -26,15 +42,64 @@ use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::{BoxError, Json, Router};
 use serde::Deserialize;
-use stormguard_idempotency::exactly_once::sqlite::{Relay, enqueue};
+use stormguard::deadline::WallClock;
 use stormguard_idempotency::exactly_once::{OutboxMessage, Publisher};
 use stormguard_idempotency::store::sqlite::SqliteStore;
-use stormguard_idempotency::{IdempotencyLayer, InFlight, Reaper, WallClock};
+use stormguard_idempotency::{IdempotencyLayer, InFlight, Reaper, Store};
 
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The payments database: one of the SQL stores' pools.
 #[derive(Clone)]
-struct AppState {
-    pool: sqlx::SqlitePool,
+enum Db {
+    Sqlite(sqlx::SqlitePool),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::MySqlPool),
 }
+
+/// Runs `$body` with `$p` the pool, `$eo` the database's exactly-once helpers and `$q` a
+/// statement with `?` placeholders rewritten for it.
+macro_rules! on_db {
+    ($db:expr, |$p:ident, $eo:ident, $sql:ident| $body:expr) => {
+        match $db {
+            Db::Sqlite($p) => {
+                use stormguard_idempotency::exactly_once::sqlite as $eo;
+                let $sql = |s: &str| s.to_owned();
+                $body
+            }
+            #[cfg(feature = "postgres")]
+            Db::Postgres($p) => {
+                use stormguard_idempotency::exactly_once::postgres as $eo;
+                let $sql = |s: &str| {
+                    let mut n = 0;
+                    s.split('?')
+                        .enumerate()
+                        .map(|(i, part)| {
+                            if i == 0 {
+                                part.to_owned()
+                            } else {
+                                n += 1;
+                                format!("${n}{part}")
+                            }
+                        })
+                        .collect::<String>()
+                };
+                $body
+            }
+            #[cfg(feature = "mysql")]
+            Db::MySql($p) => {
+                use stormguard_idempotency::exactly_once::mysql as $eo;
+                let $sql = |s: &str| s.to_owned();
+                $body
+            }
+        }
+    };
+}
+
+const INSERT_PAYMENT: &str =
+    "INSERT INTO payments (id, tenant, amount, currency) VALUES (?, ?, ?, ?)";
 
 #[derive(Deserialize)]
 struct PaymentRequest {
@@ -43,7 +108,7 @@ struct PaymentRequest {
 }
 
 async fn create_payment(
-    State(app): State<AppState>,
+    State(db): State<Db>,
     headers: HeaderMap,
     Json(req): Json<PaymentRequest>,
 ) -> Result<impl IntoResponse, (StatusCode, String)> {
@@ -61,26 +126,25 @@ async fn create_payment(
         .to_owned();
     let id = format!("pay_{:016x}", rand::random::<u64>());
     let now = WallClock::system().now_millis();
-    // The business row and its event: both or neither.
-    let mut tx = app.pool.begin().await.map_err(internal)?;
-    sqlx::query("INSERT INTO payments (id, tenant, amount, currency) VALUES (?, ?, ?, ?)")
-        .bind(&id)
-        .bind(&tenant)
-        .bind(req.amount)
-        .bind(&req.currency)
-        .execute(&mut *tx)
-        .await
-        .map_err(internal)?;
     let event =
         serde_json::json!({ "payment": id, "amount": req.amount, "currency": req.currency });
-    enqueue(
-        &mut tx,
-        &OutboxMessage::new("payment.created", event.to_string()),
-        now,
-    )
-    .await
-    .map_err(internal)?;
-    tx.commit().await.map_err(internal)?;
+    let message = OutboxMessage::new("payment.created", event.to_string());
+    // The business row and its event: both or neither.
+    on_db!(&db, |pool, eo, sql| {
+        let mut tx = pool.begin().await.map_err(internal)?;
+        sqlx::query(&sql(INSERT_PAYMENT))
+            .bind(&id)
+            .bind(&tenant)
+            .bind(req.amount)
+            .bind(&req.currency)
+            .execute(&mut *tx)
+            .await
+            .map_err(internal)?;
+        eo::enqueue(&mut tx, &message, now)
+            .await
+            .map_err(internal)?;
+        tx.commit().await.map_err(internal)?;
+    });
     let body = serde_json::json!({
         "id": id, "amount": req.amount, "currency": req.currency, "status": "captured"
     });
@@ -92,9 +156,9 @@ async fn create_payment(
 }
 
 /// Stands in for a message broker.
-struct LogPublisher;
+struct PrintPublisher;
 
-impl Publisher for LogPublisher {
+impl Publisher for PrintPublisher {
     async fn publish(&self, m: &OutboxMessage) -> Result<(), BoxError> {
         println!(
             "relay: published {} event_id={} {}",
@@ -106,22 +170,138 @@ impl Publisher for LogPublisher {
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let demo = std::env::args().any(|a| a == "--demo");
-    let dir = std::env::temp_dir().join(format!("stormguard-payment-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let store = SqliteStore::open(dir.join("payments.db")).await?;
-    store.migrate().await?;
-    let pool = store.pool().clone();
-    sqlx::raw_sql(
-        "CREATE TABLE IF NOT EXISTS payments (
-            id TEXT PRIMARY KEY, tenant TEXT NOT NULL, amount INTEGER NOT NULL, currency TEXT NOT NULL)",
-    )
-    .execute(&pool)
-    .await?;
+struct Args {
+    store: String,
+    database: String,
+    listen: SocketAddr,
+    demo: bool,
+}
 
-    let idempotency = IdempotencyLayer::new(store.clone())
+const DEFAULT_DB: &str = "sqlite:axum_payment.db";
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        store: DEFAULT_DB.into(),
+        database: DEFAULT_DB.into(),
+        listen: SocketAddr::from(([127, 0, 0, 1], 3000)),
+        demo: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match flag.as_str() {
+            "--store" => args.store = value("--store")?,
+            "--database" => args.database = value("--database")?,
+            "--listen" => {
+                let v = value("--listen")?;
+                args.listen = v
+                    .parse()
+                    .map_err(|e| format!("--listen {v:?}: {e} (expected HOST:PORT)"))?;
+            }
+            "--demo" => args.demo = true,
+            other => {
+                return Err(format!(
+                    "unknown argument {other:?}; expected --store URL, --database URL, --listen ADDR or --demo"
+                ));
+            }
+        }
+    }
+    if args.demo {
+        args.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    }
+    Ok(args)
+}
+
+/// Opens a SQL database (creating the SQLite file if needed), migrates the idempotency and
+/// outbox tables, and creates the payments table.
+async fn open_sql(url: &str) -> Result<(Db, Arc<dyn Store>), Error> {
+    if let Some(path) = url.strip_prefix("sqlite:") {
+        let store = SqliteStore::open(path.trim_start_matches("//")).await?;
+        store.migrate().await?;
+        let pool = store.pool().clone();
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS payments (
+                id TEXT PRIMARY KEY, tenant TEXT NOT NULL, amount BIGINT NOT NULL, currency TEXT NOT NULL)",
+        )
+        .execute(&pool)
+        .await?;
+        return Ok((Db::Sqlite(pool), Arc::new(store)));
+    }
+    #[cfg(feature = "postgres")]
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let store = stormguard_idempotency::store::postgres::PostgresStore::connect(url).await?;
+        store.migrate().await?;
+        let pool = store.pool().clone();
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS payments (
+                id TEXT PRIMARY KEY, tenant TEXT NOT NULL, amount BIGINT NOT NULL, currency TEXT NOT NULL)",
+        )
+        .execute(&pool)
+        .await?;
+        return Ok((Db::Postgres(pool), Arc::new(store)));
+    }
+    #[cfg(feature = "mysql")]
+    if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        let url = url.replacen("mariadb://", "mysql://", 1);
+        let store = stormguard_idempotency::store::mysql::MySqlStore::connect(&url).await?;
+        store.migrate().await?;
+        let pool = store.pool().clone();
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS payments (
+                id VARCHAR(32) PRIMARY KEY, tenant VARCHAR(255) NOT NULL, amount BIGINT NOT NULL,
+                currency VARCHAR(8) NOT NULL) ENGINE = InnoDB",
+        )
+        .execute(&pool)
+        .await?;
+        return Ok((Db::MySql(pool), Arc::new(store)));
+    }
+    Err(format!(
+        "unsupported database {url:?}: expected sqlite:PATH, or postgres://… / mysql://… with \
+         the crate's `postgres` / `mysql` feature"
+    )
+    .into())
+}
+
+/// The payments database and the idempotency store for `--store` / `--database`.
+async fn open(args: &Args) -> Result<(Db, Arc<dyn Store>), Error> {
+    if args.store.starts_with("redis://") {
+        #[cfg(feature = "redis")]
+        {
+            let (db, _) = open_sql(&args.database).await?;
+            let store = stormguard_idempotency::store::redis::RedisStore::connect(
+                &args.store,
+                "axum_payment:",
+            )
+            .await?;
+            return Ok((db, Arc::new(store)));
+        }
+        #[cfg(not(feature = "redis"))]
+        return Err("--store redis://… needs the crate's `redis` feature".into());
+    }
+    open_sql(&args.store).await
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), Error> {
+    let (db, store) = open(&args).await?;
+    let idempotency = IdempotencyLayer::from_arc(Arc::clone(&store))
         // Keys are scoped by API key: two merchants may both send "order-17".
         .with_tenant(|parts| {
             let key = parts.headers.get("x-api-key")?.to_str().ok()?;
@@ -130,15 +310,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_lease(Duration::from_secs(30))
         // A duplicate that arrives while the first is running waits for its result.
         .with_in_flight(InFlight::wait(Duration::from_secs(5)));
-    let reaper = Reaper::new(std::sync::Arc::new(store)).spawn();
+    let reaper = Reaper::new(store).spawn();
     let relay = tokio::spawn({
-        let relay = Relay::new(pool.clone());
+        let db = db.clone();
         async move {
             loop {
-                if let Err(e) = relay
-                    .run_once(&LogPublisher, WallClock::system().now_millis())
-                    .await
-                {
+                let now = WallClock::system().now_millis();
+                let pass = on_db!(&db, |pool, eo, _sql| {
+                    eo::Relay::new(pool.clone())
+                        .run_once(&PrintPublisher, now)
+                        .await
+                });
+                if let Err(e) = pass {
                     eprintln!("relay: {e}");
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -149,42 +332,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = Router::new()
         .route("/payments", post(create_payment))
         .route_layer(idempotency)
-        .with_state(AppState { pool: pool.clone() });
-
-    let addr: SocketAddr = if demo {
-        "127.0.0.1:0"
-    } else {
-        "127.0.0.1:3000"
-    }
-    .parse()?;
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+        .with_state(db.clone());
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;
-    println!("listening on http://{addr}");
+    println!("listening on http://{addr} (store {})", args.store);
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    if demo {
+    if args.demo {
         run_demo(addr).await?;
         tokio::time::sleep(Duration::from_millis(500)).await; // let the relay publish
-        let (payments,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM payments")
-            .fetch_one(&pool)
-            .await?;
-        println!("payments stored: {payments}");
         server.abort();
         relay.abort();
         reaper.abort();
-        let _ = std::fs::remove_dir_all(&dir);
         return Ok(());
     }
     server.await??;
     Ok(())
 }
 
-async fn run_demo(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
+async fn run_demo(addr: SocketAddr) -> Result<(), Error> {
     use http_body_util::{BodyExt as _, Full};
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::TokioExecutor;
 
     let client: Client<_, Full<bytes::Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    // A key of its own per run, so that a kept database starts each demo afresh.
+    let key = format!("\"order-{:08x}\"", rand::random::<u32>());
     let send = |key: Option<&str>, tenant: &str, body: &str| {
         let mut req = http::Request::post(format!("http://{addr}/payments"))
             .header("content-type", "application/json")
@@ -199,22 +372,18 @@ async fn run_demo(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
             let status = res.status();
             let replayed = res.headers().contains_key("idempotent-replayed");
             let body = res.into_body().collect().await?.to_bytes();
-            Ok::<_, Box<dyn std::error::Error>>((status, replayed, body))
+            Ok::<_, Error>((status, replayed, body))
         }
     };
     let pay = r#"{"amount": 1250, "currency": "EUR"}"#;
+    let k = Some(key.as_str());
     for (what, key, tenant, body) in [
-        ("first request", Some("\"order-17\""), "acme", pay),
-        ("retry (same key)", Some("\"order-17\""), "acme", pay),
-        (
-            "same key, other merchant",
-            Some("\"order-17\""),
-            "globex",
-            pay,
-        ),
+        ("first request", k, "acme", pay),
+        ("retry (same key)", k, "acme", pay),
+        ("same key, other merchant", k, "globex", pay),
         (
             "same key, other amount",
-            Some("\"order-17\""),
+            k,
             "acme",
             r#"{"amount": 1, "currency": "EUR"}"#,
         ),

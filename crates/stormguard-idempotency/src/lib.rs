@@ -17,14 +17,18 @@
 //! For each request whose method it covers (`POST` and `PATCH` by default):
 //!
 //! 1. a missing key → `400` (problem+json) when the key is required (the default); a malformed
-//!    key (not an sf-string, empty, over 255 characters, or the header repeated) → `400`;
+//!    key (not an sf-string, empty, over 255 characters, or the header repeated) → `400`. The
+//!    key is read by [`stormguard_tower::wire::idempotency_key`], the same parser the retrying
+//!    client decides with, so a key our client treats as valid is one this server accepts;
 //! 2. the key is scoped by the tenant/principal that an application closure extracts
 //!    ([`IdempotencyLayer::with_tenant`]), and the request gets a [`Fingerprint`]: method,
 //!    path and query, and the SHA-256 of the canonical body (JSON with sorted keys), extensible
 //!    with [`Fingerprinter`];
 //! 3. the store *begins* the key: a new key takes a lease with a fresh random fencing token and
-//!    the handler runs; a completed key is replayed byte for byte (status, body, allow-listed
-//!    headers) with `Idempotent-Replayed: true`; a key in flight → `409` (or, with
+//!    the handler runs (the lease follows the request's deadline when it has one: see
+//!    [`LeaseDeadline`]); a completed key is replayed byte for byte (status, body, every
+//!    end-to-end header but `Set-Cookie`: see [`ReplayedHeaders`]) with
+//!    `Idempotent-Replayed: true`; a key in flight → `409` (or, with
 //!    [`InFlight::Wait`], wait for the result and replay it); the same key with another
 //!    fingerprint → `422`; a key whose lease has expired (its holder crashed) is taken over;
 //! 4. the handler's response is stored when the [`StorePolicy`] says so (2xx by default) and it
@@ -33,11 +37,15 @@
 //!    release the key so a retry runs again.
 //!
 //! A store failure fails closed: `503` and the handler does not run
-//! ([`FailureMode::Open`] is an explicit, logged alternative).
+//! ([`FailureMode::Open`] is an explicit, logged alternative). After the handler ran, its
+//! answer always reaches the client: a failed completion is retried, and if the store stays
+//! down the key stays in flight until its lease ends (duplicates get `503` or `409`, never a
+//! second run within the lease). A response body that fails is answered `502`, and the key is
+//! completed without a response, so a retry gets `409` instead of running the handler again.
 //!
 //! # Choices where the draft is silent
 //!
-//! - **Time** comes from a [`WallClock`] (epoch milliseconds) owned by the layer and passed to
+//! - **Time** comes from a [`WallClock`](stormguard::deadline::WallClock) (epoch milliseconds) owned by the layer and passed to
 //!   every store call, never the database's `NOW()`: the same code runs under a
 //!   [`ManualClock`](stormguard::clock::ManualClock) in tests, and instances must keep their
 //!   wall clocks in sync (NTP) for leases to mean the same thing everywhere.
@@ -55,7 +63,11 @@
 //!   *outside* this layer never reach it at all, which is the recommended order.
 //! - **A tenant extractor that returns `None`** makes the layer answer `401` problem+json: a key
 //!   without a scope is never looked up.
-//! - **Tenants longer than 255 bytes** are stored as `sha256:<hex>` of the tenant.
+//! - **Tenants longer than 255 bytes**, and tenants that start with `sha256:` or contain a
+//!   NUL byte, are stored as `sha256:<hex>` of the tenant, so that no tenant can name another
+//!   one's scope ([`ScopedKey::new`]).
+//! - **JSON bodies** are compared with every number exactly as sent
+//!   ([`fingerprint::canonical_json`]): `1.0` and `1` are different requests.
 //! - **The client disconnecting** cancels the handler like a crash: the lease stays until it
 //!   expires, then a retry takes over.
 //!
@@ -79,21 +91,18 @@
 //! ```
 
 mod body;
-pub mod clock;
 #[cfg(feature = "sql")]
 pub mod exactly_once;
 pub mod fingerprint;
-pub mod key;
 pub mod layer;
 pub mod problem;
 pub mod reaper;
 pub mod store;
 
-pub use clock::WallClock;
 pub use fingerprint::{DefaultFingerprinter, Fingerprint, FingerprintBuilder, Fingerprinter};
-pub use key::{KeyError, parse_key_header};
 pub use layer::{
-    DoNotStore, FailureMode, IdempotencyLayer, IdempotencyService, InFlight, Oversize, StorePolicy,
+    DoNotStore, FailureMode, IdempotencyLayer, IdempotencyService, InFlight, LeaseDeadline,
+    Oversize, ReplayedHeaders, StorePolicy,
 };
 pub use reaper::Reaper;
 pub use store::{

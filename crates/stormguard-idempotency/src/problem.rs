@@ -24,6 +24,8 @@ pub const KEY_REUSED: &str = "urn:stormguard:idempotency:key-reused";
 pub const STORE_UNAVAILABLE: &str = "urn:stormguard:idempotency:store-unavailable";
 /// `400`: the request body could not be read.
 pub const BAD_BODY: &str = "urn:stormguard:idempotency:unreadable-body";
+/// `504`: the request's deadline (from its headers) passed before or while it was processed.
+pub const DEADLINE_EXCEEDED: &str = "urn:stormguard:idempotency:deadline-exceeded";
 /// `502`: the handler's response body failed while it was being stored.
 pub const BAD_RESPONSE: &str = "urn:stormguard:idempotency:response-failed";
 

@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::WallClock;
 use crate::store::{Reaped, Store, StoreError};
+use stormguard::deadline::WallClock;
 
 /// Deletes expired records from a store.
 ///

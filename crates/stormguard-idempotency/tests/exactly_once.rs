@@ -59,8 +59,18 @@ impl Publisher for FlakyBroker {
     }
 }
 
+/// Writes a new outbox message (on a connection of its own) every time it is asked to publish:
+/// an application enqueueing payments while a relay pass is publishing.
+struct WritingBroker<DB: sqlx::Database> {
+    pool: sqlx::Pool<DB>,
+    /// Run first on the writing connection: a short lock wait, so a blocked insert fails
+    /// instead of hanging the test.
+    lock_wait: &'static str,
+    writes: Mutex<Vec<Result<(), String>>>,
+}
+
 macro_rules! sql_suite {
-    ($module:ident, $feature:literal, $backend:expr, $pool:ident, $Db:ty, $ph:expr) => {
+    ($module:ident, $feature:literal, $backend:expr, $pool:ident, $Db:ty, $ph:expr, $lock_wait:literal) => {
         /// Says loudly that this store's exactly-once tests did not run.
         #[cfg(not(feature = $feature))]
         mod $module {
@@ -170,6 +180,57 @@ macro_rules! sql_suite {
                 env.cleanup().await;
             }
 
+            impl Publisher for WritingBroker<$Db> {
+                async fn publish(&self, message: &OutboxMessage) -> Result<(), BoxError> {
+                    let late = OutboxMessage::new("payments", format!("late-{}", message.event_id));
+                    let (pool, lock_wait) = (self.pool.clone(), self.lock_wait);
+                    let write = tokio::spawn(async move {
+                        let mut tx = pool.begin().await?;
+                        if !lock_wait.is_empty() {
+                            sqlx::query::<$Db>(lock_wait).execute(&mut *tx).await?;
+                        }
+                        enqueue(&mut tx, &late, 2).await?;
+                        tx.commit().await
+                    });
+                    let result: Result<(), sqlx::Error> = write.await.map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+                    if let Ok(mut w) = self.writes.lock() {
+                        w.push(result.map_err(|e| e.to_string()));
+                    }
+                    Ok(())
+                }
+            }
+
+            /// SQLite used to read and mark in one deferred transaction, which any write in
+            /// between failed with SQLITE_BUSY_SNAPSHOT; MariaDB's REPEATABLE READ made the
+            /// locking read take gap locks that blocked every new outbox row until the pass
+            /// ended.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn writes_during_a_relay_pass_neither_fail_it_nor_wait_for_it() {
+                let Some((env, pool)) = setup(concat!(module_path!(), "::relay_concurrent_writes")).await else {
+                    return;
+                };
+                for n in 1..=2 {
+                    let mut tx = pool.begin().await.expect("begin");
+                    enqueue(&mut tx, &OutboxMessage::new("payments", n.to_string()), 1).await.expect("enqueue");
+                    tx.commit().await.expect("commit");
+                }
+                let broker = WritingBroker::<$Db> {
+                    pool: pool.clone(),
+                    lock_wait: $lock_wait,
+                    writes: Mutex::new(Vec::new()),
+                };
+                let relay = Relay::new(pool.clone()).with_batch(10);
+                let report = relay.run_once(&broker, 10).await.expect("the pass survives the writes");
+                assert_eq!(report, stormguard_idempotency::exactly_once::RelayReport { published: 2, failed: None });
+                let writes = broker.writes.lock().map(|w| w.clone()).unwrap_or_default();
+                assert_eq!(writes, vec![Ok(()), Ok(())], "no write waited for the pass");
+                // The messages written during the pass go out on the next one.
+                let report = relay.run_once(&broker, 11).await.expect("next pass");
+                assert_eq!(report.published, 2);
+                assert_eq!(count(&pool, "stormguard_outbox").await, 6);
+                env.cleanup().await;
+            }
+
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn relay_is_at_least_once_and_consumers_apply_once() {
                 let Some((env, pool)) = setup(concat!(module_path!(), "::relay")).await else {
@@ -226,7 +287,8 @@ sql_suite!(
     Backend::SqliteFile,
     sqlite_pool,
     sqlx::Sqlite,
-    false
+    false,
+    ""
 );
 sql_suite!(
     postgres,
@@ -234,7 +296,8 @@ sql_suite!(
     Backend::Postgres,
     pg_pool,
     sqlx::Postgres,
-    true
+    true,
+    "SET lock_timeout = '1s'"
 );
 sql_suite!(
     mysql,
@@ -242,7 +305,8 @@ sql_suite!(
     Backend::MySql,
     mysql_pool,
     sqlx::MySql,
-    false
+    false,
+    "SET SESSION innodb_lock_wait_timeout = 1"
 );
 
 /// The trap the helper avoids: with sqlx's CLIENT_FOUND_ROWS, MariaDB reports one affected

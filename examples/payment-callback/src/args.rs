@@ -55,8 +55,9 @@ pub struct HarnessArgs {
     /// file per scenario in a temporary directory].
     #[arg(long, value_name = "URL")]
     pub database_url: Option<DatabaseUrl>,
-    /// Where `order.paid` is published: `table` (a queue table in the database) or Redis
-    /// Streams at redis://HOST:PORT/.
+    /// Where `order.paid` is published: `table` (a queue table in the database), Redis
+    /// Streams (redis://HOST:PORT/), RabbitMQ (amqp://USER:PASS@HOST:PORT/VHOST) or NATS
+    /// JetStream (nats://HOST:PORT).
     #[arg(long, value_name = "URL", default_value = "table")]
     pub broker: BrokerUrl,
     /// Delete the demo's rows (payments, notifications, broker, its outbox and inbox entries)
@@ -89,7 +90,7 @@ pub struct ServeArgs {
     /// The database: sqlite:PATH, postgres://… or mysql://….
     #[arg(long, value_name = "URL", default_value = "sqlite:payment-callback.db")]
     pub database_url: DatabaseUrl,
-    /// Where `order.paid` is published: `table` or redis://HOST:PORT/.
+    /// Where `order.paid` is published: `table`, redis://…, amqp://… or nats://….
     #[arg(long, value_name = "URL", default_value = "table")]
     pub broker: BrokerUrl,
     /// The risk service's check URL [default: start a healthy one in-process].

@@ -18,8 +18,8 @@
 //! and every answer came within the 4.5 s business deadline.
 //!
 //! Each scenario uses its own order numbers (a run id in the prefix), so runs on a shared
-//! PostgreSQL, MariaDB or Redis never count each other's rows; `--fresh` also deletes the
-//! demo's rows (and the Redis stream) first. Without `--database-url` each scenario gets a new
+//! PostgreSQL, MariaDB, Redis, RabbitMQ or NATS never count each other's rows; `--fresh` also
+//! deletes the demo's rows (and the broker's messages) first. Without `--database-url` each scenario gets a new
 //! SQLite file.
 //!
 //! The risk service's seeded faults and the retry jitter repeat for a seed, but the figures
@@ -311,6 +311,7 @@ impl Env {
         )
         .await?;
         let broker = Broker::connect(&config.broker, &verifier).await?;
+        broker.audit().await?;
         if config.fresh {
             verifier.reset().await?;
             broker.reset().await?;

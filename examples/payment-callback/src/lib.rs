@@ -13,7 +13,7 @@
 //! | a flaky dependency | risk check: 2 retries, 300 ms exponential, jittered, token-bucket budget; when exhausted `500` + `X-Retry-Exhausted` and the attempt history logged | [`risk`], [`policy`] |
 //! | no retry storms | one policy per dependency in one file; the callback itself is never retried here | [`policy`] |
 //! | exactly once | `INSERT` keyed by `out_trade_no` via insert-if-absent; `order.paid` through a transactional outbox, only for a new row | [`store`] |
-//! | at-least-once delivery | a relay publishes the outbox to a broker (a table, or Redis Streams); the consumer deduplicates by event id | [`outbox`], [`broker`] |
+//! | at-least-once delivery | a relay publishes the outbox to a broker (a table, Redis Streams, RabbitMQ with publisher confirms, or NATS JetStream); the consumer deduplicates by event id | [`outbox`], [`broker`] |
 //! | any database | SQLite (embedded default), PostgreSQL, MariaDB behind one enum | [`store`] |
 //!
 //! The harness ([`harness`]) drives it with a platform simulator ([`platform`]) that redelivers

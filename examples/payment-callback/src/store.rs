@@ -19,14 +19,10 @@
 //!
 //! # The broker table
 //!
-//! The relay publishes to a *broker*: a queue table (`payment_broker`) that an in-process
-//! consumer drains. With SQLite it lives in a second file next to the database: SQLite keeps
-//! one writer per file, and a relay pass reads the outbox and then marks it in one
-//! transaction, which fails (`SQLITE_BUSY_SNAPSHOT`) if anything else wrote to the same file
-//! in between — the publish itself would. For the same reason this process serialises its own
-//! SQLite write transactions with one lock. PostgreSQL and MariaDB need neither: the broker
-//! table sits in the same database, and rows are locked individually (MariaDB sessions run at
-//! READ COMMITTED so that the relay's locking read takes no gap locks).
+//! The relay publishes to a *broker*: by default a queue table (`payment_broker`) in the same
+//! database, which an in-process consumer drains. The relay of stormguard-idempotency never
+//! holds SQLite's write lock while it publishes, and takes no gap locks on MariaDB, so
+//! publishing into the same database neither fails nor waits.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -44,7 +40,6 @@ use stormguard_idempotency::store::Millis;
 use stormguard_idempotency::store::mysql::MySqlStore;
 use stormguard_idempotency::store::postgres::PostgresStore;
 use stormguard_idempotency::store::sqlite::SqliteStore;
-use tokio::sync::{Mutex, MutexGuard};
 
 use crate::broker::BrokerCounts;
 use crate::callback::{ORDER_PAID, PaymentCallback};
@@ -262,7 +257,7 @@ fn dollar_placeholders(s: &str) -> String {
     out
 }
 
-const SQLITE_BUSINESS: &str = "
+const SQLITE_TABLES: &str = "
 CREATE TABLE IF NOT EXISTS payment_orders (
     out_trade_no TEXT    NOT NULL PRIMARY KEY,
     trade_no     TEXT    NOT NULL,
@@ -275,9 +270,7 @@ CREATE TABLE IF NOT EXISTS payment_notifications (
     event_id     TEXT    NOT NULL,
     out_trade_no TEXT    NOT NULL,
     applied_at   INTEGER NOT NULL
-);";
-
-const SQLITE_BROKER: &str = "
+);
 CREATE TABLE IF NOT EXISTS payment_broker (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,
     event_id     TEXT    NOT NULL,
@@ -311,13 +304,6 @@ CREATE TABLE IF NOT EXISTS payment_broker (
     acked_at     BIGINT
 );
 CREATE INDEX IF NOT EXISTS payment_broker_unacked ON payment_broker (id) WHERE acked_at IS NULL;";
-
-/// InnoDB's default REPEATABLE READ makes the relay's `SELECT … FOR UPDATE SKIP LOCKED` over
-/// the pending outbox also lock the *gaps* of the index it scans, and every new payment's
-/// outbox `INSERT` then waits for the relay's whole pass (measured: 2 s waits and pool
-/// timeouts at 100 concurrent callbacks). Under READ COMMITTED a locking read locks only the
-/// rows it returns, as in PostgreSQL.
-const READ_COMMITTED: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
 
 // Order numbers compare byte for byte (ascii_bin): under a case-insensitive collation
 // "A-1" and "a-1" would be one primary key.
@@ -412,11 +398,8 @@ impl Default for StoreOptions {
 /// The payment database.
 #[derive(Clone, Debug)]
 pub struct Store {
-    business: Pool,
-    broker: Pool,
+    pool: Pool,
     sql: Arc<Sql>,
-    /// SQLite only: one write transaction at a time in this process.
-    writer: Option<Arc<Mutex<()>>>,
     url: DatabaseUrl,
 }
 
@@ -426,22 +409,15 @@ impl Store {
     pub async fn connect(url: &DatabaseUrl, options: StoreOptions) -> Result<Store, StoreError> {
         let store = match url {
             DatabaseUrl::Sqlite(path) => {
-                let business = sqlite_pool(path, options).await?;
-                SqliteStore::from_pool(business.clone()).migrate().await?;
-                sqlx::raw_sql(SQLITE_BUSINESS)
-                    .execute(&business)
+                let pool = sqlite_pool(path, options).await?;
+                SqliteStore::from_pool(pool.clone()).migrate().await?;
+                sqlx::raw_sql(SQLITE_TABLES)
+                    .execute(&pool)
                     .await
                     .map_err(sql_err("creating tables"))?;
-                let broker = sqlite_pool(&broker_path(path), options).await?;
-                sqlx::raw_sql(SQLITE_BROKER)
-                    .execute(&broker)
-                    .await
-                    .map_err(sql_err("creating the broker table"))?;
                 Store {
-                    business: Pool::Sqlite(business),
-                    broker: Pool::Sqlite(broker),
+                    pool: Pool::Sqlite(pool),
                     sql: Arc::new(Sql::new(Dialect::Sqlite)),
-                    writer: Some(Arc::new(Mutex::new(()))),
                     url: url.clone(),
                 }
             }
@@ -459,10 +435,8 @@ impl Store {
                     .await
                     .map_err(sql_err("creating tables"))?;
                 Store {
-                    business: Pool::Postgres(pool.clone()),
-                    broker: Pool::Postgres(pool),
+                    pool: Pool::Postgres(pool),
                     sql: Arc::new(Sql::new(Dialect::Postgres)),
-                    writer: None,
                     url: url.clone(),
                 }
             }
@@ -472,11 +446,6 @@ impl Store {
                 let pool = MySqlPoolOptions::new()
                     .max_connections(options.max_connections)
                     .acquire_timeout(options.acquire_timeout)
-                    .after_connect(|conn, _| {
-                        Box::pin(async move {
-                            sqlx::query(READ_COMMITTED).execute(conn).await.map(|_| ())
-                        })
-                    })
                     .connect_with(connect)
                     .await
                     .map_err(sql_err("connecting to MariaDB/MySQL"))?;
@@ -486,10 +455,8 @@ impl Store {
                     .await
                     .map_err(sql_err("creating tables"))?;
                 Store {
-                    business: Pool::MySql(pool.clone()),
-                    broker: Pool::MySql(pool),
+                    pool: Pool::MySql(pool),
                     sql: Arc::new(Sql::new(Dialect::MySql)),
-                    writer: None,
                     url: url.clone(),
                 }
             }
@@ -502,13 +469,6 @@ impl Store {
         &self.url
     }
 
-    async fn write_guard(&self) -> Option<MutexGuard<'_, ()>> {
-        match &self.writer {
-            Some(lock) => Some(lock.lock().await),
-            None => None,
-        }
-    }
-
     /// Records a paid order exactly once: the payment row and, only if it is new, the
     /// `order.paid` message, in one transaction.
     pub async fn record_payment(
@@ -517,8 +477,7 @@ impl Store {
         now: Millis,
     ) -> Result<Recorded, sqlx::Error> {
         let message = OutboxMessage::with_event_id(cb.event_id(), ORDER_PAID, cb.to_json());
-        let _writer = self.write_guard().await;
-        on_pool!(&self.business, |p, eo, Db| {
+        on_pool!(&self.pool, |p, eo, Db| {
             let mut tx = p.begin().await?;
             let insert = sqlx::query::<Db>(&self.sql.insert_order)
                 .bind(cb.out_trade_no.as_str())
@@ -542,7 +501,7 @@ impl Store {
     /// Whether `out_trade_no` is already recorded as paid: a plain read, no lock, so a
     /// duplicate of a paid order is answered without calling anything else.
     pub async fn is_paid(&self, out_trade_no: &str) -> Result<bool, sqlx::Error> {
-        let found: (i64,) = on_pool!(&self.business, |p, eo, Db| {
+        let found: (i64,) = on_pool!(&self.pool, |p, eo, Db| {
             sqlx::query_as::<Db, (i64,)>(&self.sql.find_order)
                 .bind(out_trade_no)
                 .fetch_one(p)
@@ -557,8 +516,7 @@ impl Store {
         publisher: &impl Publisher,
         now: Millis,
     ) -> Result<RelayReport, RelayError> {
-        let _writer = self.write_guard().await;
-        on_pool!(&self.business, |p, eo, Db| {
+        on_pool!(&self.pool, |p, eo, Db| {
             eo::Relay::new(p.clone())
                 .with_batch(100)
                 .run_once(publisher, now)
@@ -568,7 +526,7 @@ impl Store {
 
     /// Appends `message` to the broker table (what the relay's publisher does).
     pub async fn publish(&self, message: &OutboxMessage, now: Millis) -> Result<(), sqlx::Error> {
-        on_pool!(&self.broker, |p, eo, Db| {
+        on_pool!(&self.pool, |p, eo, Db| {
             sqlx::query::<Db>(&self.sql.publish)
                 .bind(message.event_id.as_str())
                 .bind(message.topic.as_str())
@@ -583,7 +541,7 @@ impl Store {
     /// Up to `batch` unacknowledged `order.paid` messages from the broker table, oldest first,
     /// with their row ids (to acknowledge).
     pub async fn receive(&self, batch: i64) -> Result<Vec<(i64, Event)>, sqlx::Error> {
-        let rows: Vec<(i64, String, Vec<u8>)> = on_pool!(&self.broker, |p, eo, Db| {
+        let rows: Vec<(i64, String, Vec<u8>)> = on_pool!(&self.pool, |p, eo, Db| {
             sqlx::query_as::<Db, (i64, String, Vec<u8>)>(&self.sql.unacked)
                 .bind(ORDER_PAID)
                 .bind(batch)
@@ -601,7 +559,7 @@ impl Store {
         if ids.is_empty() {
             return Ok(());
         }
-        on_pool!(&self.broker, |p, eo, Db| {
+        on_pool!(&self.pool, |p, eo, Db| {
             let mut tx = p.begin().await?;
             for id in ids {
                 sqlx::query::<Db>(&self.sql.ack)
@@ -625,8 +583,7 @@ impl Store {
         if events.is_empty() {
             return Ok(done);
         }
-        let _writer = self.write_guard().await;
-        on_pool!(&self.business, |p, eo, Db| {
+        on_pool!(&self.pool, |p, eo, Db| {
             let mut tx = p.begin().await?;
             for event in events {
                 if eo::mark_processed(&mut tx, CONSUMER, &event.event_id, now).await? {
@@ -656,21 +613,21 @@ impl Store {
     pub async fn counts(&self, prefix: &str) -> Result<Counts, StoreError> {
         let orders_like = format!("{prefix}%");
         let events_like = format!("{ORDER_PAID}/{prefix}%");
-        let orders: (i64,) = on_pool!(&self.business, |p, eo, Db| {
+        let orders: (i64,) = on_pool!(&self.pool, |p, eo, Db| {
             sqlx::query_as::<Db, (i64,)>(&self.sql.count_orders)
                 .bind(orders_like.as_str())
                 .fetch_one(p)
                 .await
         })
         .map_err(sql_err("counting orders"))?;
-        let outbox: (i64, i64) = on_pool!(&self.business, |p, eo, Db| {
+        let outbox: (i64, i64) = on_pool!(&self.pool, |p, eo, Db| {
             sqlx::query_as::<Db, (i64, i64)>(&self.sql.count_outbox)
                 .bind(events_like.as_str())
                 .fetch_one(p)
                 .await
         })
         .map_err(sql_err("counting the outbox"))?;
-        let applied: (i64, i64) = on_pool!(&self.business, |p, eo, Db| {
+        let applied: (i64, i64) = on_pool!(&self.pool, |p, eo, Db| {
             sqlx::query_as::<Db, (i64, i64)>(&self.sql.count_applied)
                 .bind(events_like.as_str())
                 .fetch_one(p)
@@ -689,7 +646,7 @@ impl Store {
     /// The broker table's messages for the orders whose number starts with `prefix`.
     pub async fn broker_counts(&self, prefix: &str) -> Result<BrokerCounts, StoreError> {
         let events_like = format!("{ORDER_PAID}/{prefix}%");
-        let (messages, distinct, acked): (i64, i64, i64) = on_pool!(&self.broker, |p, eo, Db| {
+        let (messages, distinct, acked): (i64, i64, i64) = on_pool!(&self.pool, |p, eo, Db| {
             sqlx::query_as::<Db, (i64, i64, i64)>(&self.sql.count_broker)
                 .bind(events_like.as_str())
                 .fetch_one(p)
@@ -706,8 +663,7 @@ impl Store {
     /// Deletes every row of the demo's tables (and its outbox and inbox entries): a fresh
     /// start on a shared server. The broker table is [`reset_broker`](Self::reset_broker).
     pub async fn reset(&self) -> Result<(), StoreError> {
-        let _writer = self.write_guard().await;
-        on_pool!(&self.business, |p, eo, Db| {
+        on_pool!(&self.pool, |p, eo, Db| {
             sqlx::raw_sql(&self.sql.reset_business)
                 .execute(p)
                 .await
@@ -718,7 +674,7 @@ impl Store {
 
     /// Deletes every message of the broker table.
     pub async fn reset_broker(&self) -> Result<(), StoreError> {
-        on_pool!(&self.broker, |p, eo, Db| {
+        on_pool!(&self.pool, |p, eo, Db| {
             sqlx::raw_sql(&self.sql.reset_broker)
                 .execute(p)
                 .await
@@ -727,19 +683,10 @@ impl Store {
         .map_err(sql_err("resetting the broker"))
     }
 
-    /// Closes the pools.
+    /// Closes the pool.
     pub async fn close(&self) {
-        for pool in [&self.business, &self.broker] {
-            on_pool!(pool, |p, eo, Db| p.close().await);
-        }
+        on_pool!(&self.pool, |p, eo, Db| p.close().await);
     }
-}
-
-/// The SQLite broker file beside the database: `pay.db` → `pay.db.broker`.
-pub fn broker_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".broker");
-    PathBuf::from(name)
 }
 
 async fn sqlite_pool(path: &Path, options: StoreOptions) -> Result<SqlitePool, StoreError> {
@@ -811,10 +758,6 @@ mod tests {
         assert_eq!(
             dollar_placeholders("VALUES (?, ?, ?)"),
             "VALUES ($1, $2, $3)"
-        );
-        assert_eq!(
-            broker_path(Path::new("/t/pay.db")),
-            PathBuf::from("/t/pay.db.broker")
         );
     }
 }

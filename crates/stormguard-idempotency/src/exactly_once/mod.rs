@@ -14,15 +14,32 @@
 //!   in the same transaction as the business row, so both or neither exist. A
 //!   [`Relay`](sqlite::Relay) publishes pending messages in id order, at least once, each
 //!   with the stable `event_id` it got at enqueue; a crash between publishing and marking
-//!   means it is published again with the same id.
+//!   means it is published again with the same id. The relay never makes the application's
+//!   own writes wait or fail: on PostgreSQL and MySQL/MariaDB it locks the rows of its batch
+//!   (`FOR UPDATE SKIP LOCKED`, so several relays share the work) in a READ COMMITTED
+//!   transaction — under InnoDB's default REPEATABLE READ that locking read would also lock the
+//!   index *gaps* and block every new outbox row until the pass ended; on SQLite, which has no
+//!   row locks, it reads the batch and marks each message in its own short write, because one
+//!   deferred transaction that reads and later writes fails with `SQLITE_BUSY_SNAPSHOT` as
+//!   soon as anything else wrote in between.
 //! - **Consumers deduplicate** with [`mark_processed`](sqlite::mark_processed) in the
 //!   transaction that applies the event: `false` means the event was already applied.
+//!
+//! - **Real brokers** behind the relay ([`Publisher`] sinks that count a message published
+//!   only once the broker took it): RabbitMQ with publisher confirms (`rabbitmq` feature,
+//!   [`rabbitmq::RabbitMqPublisher`]) and NATS JetStream (`nats` feature,
+//!   [`nats::JetStreamPublisher`]); both carry the event id for consumers to deduplicate by.
 //!
 //! The tables come with the stores' `migrate()` (files under `migrations/`).
 
 use std::future::Future;
 
 use axum::BoxError;
+
+#[cfg(feature = "nats")]
+pub mod nats;
+#[cfg(feature = "rabbitmq")]
+pub mod rabbitmq;
 
 /// One outgoing message of the outbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,7 +111,9 @@ macro_rules! exactly_once_for {
         processed: $processed:literal,
         pending: $pending:literal,
         published: $published:literal,
-        attempt: $attempt:literal $(,)?
+        attempt: $attempt:literal,
+        locking: $locking:literal,
+        isolation: $isolation:literal $(,)?
     ) => {
         #[doc = concat!("The exactly-once helpers for ", $feature, ".")]
         #[cfg(feature = $feature)]
@@ -180,19 +199,44 @@ macro_rules! exactly_once_for {
                     self
                 }
 
-                /// One pass: locks up to a batch of pending messages (other relays skip
-                /// them where the database supports `SKIP LOCKED`), publishes them in
+                /// One pass: takes up to a batch of pending messages, publishes them in
                 /// order, and marks each published one; stops at the first publisher error.
+                /// Where the database has row locks the batch stays locked for the pass
+                /// (other relays skip it); see the [module docs](super) for why the
+                /// application's writes never wait for a pass.
                 pub async fn run_once(
                     &self,
                     publisher: &impl Publisher,
                     now: Millis,
                 ) -> Result<RelayReport, RelayError> {
-                    let mut tx = self.pool.begin().await?;
-                    let rows = sqlx::query::<$Db>($pending)
-                        .bind(i64::from(self.batch))
-                        .fetch_all(&mut *tx)
-                        .await?;
+                    if !$locking {
+                        return self.pass(None, publisher, now).await;
+                    }
+                    let mut conn = self.pool.acquire().await?;
+                    if !$isolation.is_empty() {
+                        // Applies to the next transaction on this connection only.
+                        sqlx::query::<$Db>($isolation).execute(&mut *conn).await?;
+                    }
+                    let mut tx = conn.begin().await?;
+                    let report = self.pass(Some(&mut tx), publisher, now).await?;
+                    tx.commit().await?;
+                    Ok(report)
+                }
+
+                /// One pass with every statement in `tx`, or (without one) each on a
+                /// connection taken from the pool for that statement alone: then a pass never
+                /// holds a connection, or SQLite's write lock, while it publishes.
+                async fn pass(
+                    &self,
+                    mut tx: Option<&mut $Conn>,
+                    publisher: &impl Publisher,
+                    now: Millis,
+                ) -> Result<RelayReport, RelayError> {
+                    let pending = sqlx::query::<$Db>($pending).bind(i64::from(self.batch));
+                    let rows = match tx.as_deref_mut() {
+                        Some(conn) => pending.fetch_all(conn).await?,
+                        None => pending.fetch_all(&mut *self.pool.acquire().await?).await?,
+                    };
                     let mut report = RelayReport::default();
                     for row in rows {
                         let id: i64 = row.try_get(0)?;
@@ -201,24 +245,24 @@ macro_rules! exactly_once_for {
                             topic: row.try_get(2)?,
                             payload: row.try_get(3)?,
                         };
-                        match publisher.publish(&message).await {
-                            Ok(()) => {
-                                sqlx::query::<$Db>($published)
-                                    .bind(now)
-                                    .bind(id)
-                                    .execute(&mut *tx)
-                                    .await?;
-                                report.published += 1;
-                            }
+                        let published = publisher.publish(&message).await;
+                        let mark = match &published {
+                            Ok(()) => sqlx::query::<$Db>($published).bind(now).bind(id),
+                            Err(_) => sqlx::query::<$Db>($attempt).bind(id),
+                        };
+                        match tx.as_deref_mut() {
+                            Some(conn) => mark.execute(conn).await?,
+                            None => mark.execute(&mut *self.pool.acquire().await?).await?,
+                        };
+                        match published {
+                            Ok(()) => report.published += 1,
                             Err(e) => {
                                 tracing::warn!(error = %e, event_id = message.event_id, "outbox publish failed; will retry");
-                                sqlx::query::<$Db>($attempt).bind(id).execute(&mut *tx).await?;
                                 report.failed = Some(e.to_string());
                                 break;
                             }
                         }
                     }
-                    tx.commit().await?;
                     Ok(report)
                 }
             }
@@ -240,6 +284,8 @@ exactly_once_for! {
         WHERE published_at IS NULL ORDER BY id LIMIT ?",
     published: "UPDATE stormguard_outbox SET published_at = ?, attempts = attempts + 1 WHERE id = ?",
     attempt: "UPDATE stormguard_outbox SET attempts = attempts + 1 WHERE id = ?",
+    locking: false,
+    isolation: "",
 }
 
 exactly_once_for! {
@@ -254,6 +300,9 @@ exactly_once_for! {
         WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
     published: "UPDATE stormguard_outbox SET published_at = $1, attempts = attempts + 1 WHERE id = $2",
     attempt: "UPDATE stormguard_outbox SET attempts = attempts + 1 WHERE id = $1",
+    locking: true,
+    // PostgreSQL's default; its locking reads never lock gaps.
+    isolation: "",
 }
 
 exactly_once_for! {
@@ -268,4 +317,6 @@ exactly_once_for! {
         WHERE published_at IS NULL ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
     published: "UPDATE stormguard_outbox SET published_at = ?, attempts = attempts + 1 WHERE id = ?",
     attempt: "UPDATE stormguard_outbox SET attempts = attempts + 1 WHERE id = ?",
+    locking: true,
+    isolation: "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
 }

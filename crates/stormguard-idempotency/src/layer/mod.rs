@@ -14,20 +14,42 @@
 //! its lease expires can be taken over, and then its side effects may happen twice. Make the
 //! business operation itself exactly-once with [`exactly_once`](crate::exactly_once) where
 //! that matters.
+//!
+//! # Why the lease follows the request's deadline
+//!
+//! A client whose request timed out retries; with a fixed 60 s lease that retry is answered
+//! `409` for up to a minute, although nobody is waiting for the first attempt any more and
+//! (with stormguard-tower's `DeadlineLayer` outside this layer) its handler has already been
+//! cancelled. So when the request's deadline is known, the lease is the time left until it
+//! plus a margin ([`IdempotencyLayer::with_lease_margin`]), capped by the configured lease: a
+//! retry after the caller's deadline (and the margin) takes over. The deadline comes from the
+//! task's current deadline ([`stormguard::deadline::current`], set by `DeadlineLayer`), or
+//! else from the request's deadline headers (`grpc-timeout`, `connect-timeout-ms`,
+//! `x-envoy-expected-rq-timeout-ms`, `x-request-deadline`, read by stormguard-tower's
+//! [`stormguard_tower::wire::read_deadline`]). A deadline read from the headers alone is also *enforced* here, since
+//! nothing else would stop the handler at it: the handler runs under it (as its current
+//! deadline) and is cancelled when it passes (`504`), so it never outlives its lease. A
+//! request whose header deadline has already passed is refused with `504` before the key is
+//! even looked up. See [`LeaseDeadline`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::request::Parts;
-use http::{HeaderName, Method, StatusCode};
+use http::{Method, StatusCode};
 use tower_layer::Layer;
 
-use crate::clock::WallClock;
+use stormguard::deadline::DeadlineHeaders;
+
 use crate::fingerprint::{DefaultFingerprinter, Fingerprinter};
 use crate::store::Store;
+use stormguard::deadline::WallClock;
 
+mod finish;
+mod headers;
 mod service;
 
+pub use headers::ReplayedHeaders;
 pub use service::{IdempotencyService, ResponseFuture};
 
 type TenantFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
@@ -42,13 +64,15 @@ type TenantFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 /// | key required | yes (`400` without one) |
 /// | tenant | none: one scope for everybody |
 /// | fingerprint | [`DefaultFingerprinter`] |
-/// | lease | 60 s |
+/// | lease | 60 s, or less when the request has a deadline ([`LeaseDeadline`]) |
+/// | lease margin after a deadline | 1 s |
+/// | deadline source | [`LeaseDeadline::CurrentOrHeaders`] with [`DeadlineHeaders::ALL`] |
 /// | retention | 24 h |
 /// | stored outcomes | [`StorePolicy::success_only`] (2xx and 3xx) |
 /// | in-flight duplicate | [`InFlight::Reject`] (`409`) |
 /// | response cap | 1 MiB, [`Oversize::Mark`] |
 /// | request body cap | 1 MiB (`413` above) |
-/// | replayed headers | `content-type`, `content-language`, `content-encoding`, `location`, `etag`, `last-modified`, `link`, `cache-control` |
+/// | replayed headers | [`ReplayedHeaders::end_to_end`]: all but hop-by-hop, `content-length` and `set-cookie` |
 /// | store failure | [`FailureMode::Closed`] (`503`) |
 /// | store call timeout | 5 s |
 /// | clock | [`WallClock::system`] |
@@ -65,13 +89,15 @@ pub(crate) struct Config {
     pub(crate) tenant: Option<Arc<TenantFn>>,
     pub(crate) fingerprinter: Arc<dyn Fingerprinter>,
     pub(crate) lease: Duration,
+    pub(crate) lease_margin: Duration,
+    pub(crate) lease_deadline: LeaseDeadline,
     pub(crate) retention: Duration,
     pub(crate) policy: StorePolicy,
     pub(crate) in_flight: InFlight,
     pub(crate) max_response: usize,
     pub(crate) oversize: Oversize,
     pub(crate) max_request: usize,
-    pub(crate) replay_headers: Vec<HeaderName>,
+    pub(crate) replay_headers: ReplayedHeaders,
     pub(crate) failure: FailureMode,
     pub(crate) clock: WallClock,
     pub(crate) store_timeout: Duration,
@@ -84,6 +110,8 @@ impl std::fmt::Debug for IdempotencyLayer {
             .field("methods", &c.methods)
             .field("key_required", &c.key_required)
             .field("lease", &c.lease)
+            .field("lease_margin", &c.lease_margin)
+            .field("lease_deadline", &c.lease_deadline)
             .field("retention", &c.retention)
             .field("policy", &c.policy)
             .field("in_flight", &c.in_flight)
@@ -193,6 +221,31 @@ impl InFlight {
     }
 }
 
+/// Where the layer learns a request's deadline, which shortens its lease (see the
+/// [module docs](self#why-the-lease-follows-the-requests-deadline)).
+///
+/// # Default
+///
+/// [`LeaseDeadline::CurrentOrHeaders`] with [`DeadlineHeaders::ALL`] (all four deadline
+/// headers, the earliest wins).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseDeadline {
+    /// Deadlines do not matter: every lease is the configured one.
+    Ignore,
+    /// The task's current deadline ([`stormguard::deadline::current`]), set by
+    /// `DeadlineLayer` outside this layer; headers are not read.
+    Current,
+    /// The task's current deadline, else the earliest of these deadline headers on the
+    /// request (then enforced by this layer).
+    CurrentOrHeaders(DeadlineHeaders),
+}
+
+impl Default for LeaseDeadline {
+    fn default() -> Self {
+        LeaseDeadline::CurrentOrHeaders(DeadlineHeaders::ALL)
+    }
+}
+
 /// What happens to a key whose response is larger than the cap. The response itself always
 /// reaches the client whole.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -232,25 +285,15 @@ impl IdempotencyLayer {
                 tenant: None,
                 fingerprinter: Arc::new(DefaultFingerprinter::new()),
                 lease: Duration::from_secs(60),
+                lease_margin: Duration::from_secs(1),
+                lease_deadline: LeaseDeadline::default(),
                 retention: Duration::from_secs(24 * 3600),
                 policy: StorePolicy::success_only(),
                 in_flight: InFlight::Reject,
                 max_response: 1 << 20,
                 oversize: Oversize::Mark,
                 max_request: 1 << 20,
-                replay_headers: [
-                    "content-type",
-                    "content-language",
-                    "content-encoding",
-                    "location",
-                    "etag",
-                    "last-modified",
-                    "link",
-                    "cache-control",
-                ]
-                .into_iter()
-                .map(HeaderName::from_static)
-                .collect(),
+                replay_headers: ReplayedHeaders::end_to_end(),
                 failure: FailureMode::Closed,
                 clock: WallClock::system(),
                 store_timeout: Duration::from_secs(5),
@@ -288,9 +331,23 @@ impl IdempotencyLayer {
     }
 
     /// How long a holder keeps a key before a retry may take it over. Must outlast the
-    /// slowest handler.
+    /// slowest handler. A request with a deadline gets less ([`LeaseDeadline`]).
     pub fn with_lease(mut self, lease: Duration) -> Self {
         self.config.lease = lease;
+        self
+    }
+
+    /// How long after a request's deadline its lease still holds: room for clock skew between
+    /// instances and for the cancelled handler to stop. The lease is
+    /// `min(lease, time left + margin)`.
+    pub fn with_lease_margin(mut self, margin: Duration) -> Self {
+        self.config.lease_margin = margin;
+        self
+    }
+
+    /// Where the request's deadline is read from, to shorten its lease.
+    pub fn with_lease_deadline(mut self, source: LeaseDeadline) -> Self {
+        self.config.lease_deadline = source;
         self
     }
 
@@ -325,10 +382,9 @@ impl IdempotencyLayer {
         self
     }
 
-    /// The response headers stored and replayed (an allow-list; `set-cookie` and the like
-    /// should stay out of it).
-    pub fn with_replayed_headers(mut self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
-        self.config.replay_headers = headers.into_iter().collect();
+    /// The response headers stored and replayed.
+    pub fn with_replayed_headers(mut self, headers: ReplayedHeaders) -> Self {
+        self.config.replay_headers = headers;
         self
     }
 

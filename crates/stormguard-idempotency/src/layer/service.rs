@@ -9,18 +9,20 @@ use std::time::Duration;
 use axum::BoxError;
 use axum::body::Body;
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use stormguard::clock::Clock;
+use stormguard::deadline::{self, Deadline};
 use tower_service::Service;
 
-use super::{Config, DoNotStore, FailureMode, IdempotencyLayer, InFlight, Oversize};
+use super::finish::Finisher;
+use super::{Config, DoNotStore, FailureMode, IdempotencyLayer, InFlight, LeaseDeadline, Oversize};
 use crate::body::{Buffered, buffer_capped};
-use crate::key::{IDEMPOTENT_REPLAYED, parse_key_header};
 use crate::problem;
 use crate::store::{
-    Begin, BeginRequest, Completion, Finish, LeaseToken, Millis, ScopedKey, Store, StoreError,
-    StoreFuture, StoredResponse,
+    Begin, BeginRequest, Completion, LeaseToken, Millis, ScopedKey, Store, StoredResponse,
 };
+use stormguard_tower::wire::{IDEMPOTENT_REPLAYED, idempotency_key};
 
 /// The future of [`IdempotencyService`].
 pub type ResponseFuture<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
@@ -32,9 +34,10 @@ pub struct IdempotencyService<S> {
     shared: Arc<Shared>,
 }
 
-struct Shared {
-    store: Arc<dyn Store>,
-    config: Config,
+pub(super) struct Shared {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) config: Config,
+    pub(super) finisher: Finisher,
 }
 
 impl<S> std::fmt::Debug for IdempotencyService<S> {
@@ -50,6 +53,7 @@ impl<S> IdempotencyService<S> {
             shared: Arc::new(Shared {
                 store: layer.store,
                 config: layer.config,
+                finisher: Finisher::new(),
             }),
         }
     }
@@ -110,7 +114,7 @@ where
     if !cfg.methods.contains(req.method()) {
         return call_inner(&mut inner, req.map(Body::new)).await;
     }
-    let key = match parse_key_header(req.headers()) {
+    let key = match idempotency_key(req.headers()) {
         Ok(Some(key)) => key,
         Ok(None) if !cfg.key_required => {
             return call_inner(&mut inner, req.map(Body::new)).await;
@@ -148,6 +152,15 @@ where
             }
         },
     };
+    let deadline = request_deadline(&shared, &parts.headers);
+    if deadline
+        .as_ref()
+        .is_some_and(|d| d.enforce && d.deadline.is_expired())
+    {
+        return Ok(deadline_exceeded(
+            "the request's deadline had passed when it arrived",
+        ));
+    }
     let body = match Limited::new(body, cfg.max_request).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
@@ -182,15 +195,21 @@ where
     let mut poll = wait_until.map(|(_, p)| p).unwrap_or_default();
     loop {
         let now = cfg.clock.now_millis();
+        let lease = match &deadline {
+            Some(d) => cfg
+                .lease
+                .min(d.deadline.remaining().saturating_add(cfg.lease_margin)),
+            None => cfg.lease,
+        };
         let req = BeginRequest {
             key: &scoped,
             fingerprint: &fingerprint,
             token,
             now,
-            lease_until: now.saturating_add(millis(cfg.lease)),
+            lease_until: now.saturating_add(millis(lease)),
             expires_at: now.saturating_add(millis(cfg.retention.max(cfg.lease))),
         };
-        match shared.timed(shared.store.begin(req)).await {
+        match shared.finisher.timed(cfg, shared.store.begin(req)).await {
             Ok(Begin::Acquired { took_over }) => {
                 if took_over {
                     tracing::info!(
@@ -255,15 +274,31 @@ where
         }
     }
 
-    // We hold the lease: run the handler.
-    let res = match inner
-        .call(Request::from_parts(parts, Body::from(body)))
-        .await
-    {
-        Ok(res) => res,
-        Err(e) => {
+    // We hold the lease: run the handler (cut at a deadline only this layer knows of, so it
+    // never outlives its lease).
+    let handler = inner.call(Request::from_parts(parts, Body::from(body)));
+    let called = match deadline.filter(|d| d.enforce) {
+        None => Ok(handler.await),
+        Some(d) => {
+            let left = d.deadline.remaining();
+            tokio::time::timeout(left, deadline::scope(d.deadline, handler)).await
+        }
+    };
+    let res = match called {
+        Ok(Ok(res)) => res,
+        Ok(Err(e)) => {
             shared.release(&scoped, token, "the handler failed").await;
             return Err(e);
+        }
+        Err(_elapsed) => {
+            tracing::info!(
+                key = scoped.key().as_str(),
+                "the request's deadline passed in the handler; its lease ends soon after"
+            );
+            return Ok(deadline_exceeded(
+                "the request's deadline passed while it was processed; it may or may not have \
+                 taken effect, and a retry with the same key after the deadline takes it over",
+            ));
         }
     };
     let (res_parts, res_body) = res.into_parts();
@@ -277,20 +312,9 @@ where
     }
     match buffer_capped(res_body, cfg.max_response).await {
         Buffered::Complete(bytes) => {
-            let headers = cfg
-                .replay_headers
-                .iter()
-                .flat_map(|name| {
-                    res_parts
-                        .headers
-                        .get_all(name)
-                        .iter()
-                        .map(|v| (name.clone(), v.clone()))
-                })
-                .collect();
             let completion = Completion::Response(StoredResponse {
                 status: res_parts.status,
-                headers,
+                headers: cfg.replay_headers.select(&res_parts.headers),
                 body: bytes.clone(),
             });
             shared.complete(&scoped, token, &completion).await;
@@ -313,77 +337,68 @@ where
             Ok(Response::from_parts(res_parts, Body::new(rest)))
         }
         Buffered::Failed(e) => {
-            shared
-                .release(&scoped, token, "the response body failed")
-                .await;
+            // The handler ran and answered; only its body failed. Running it again on a retry
+            // could repeat its effects, so the key is completed without a response.
+            let completion = Completion::BodyFailed {
+                status: res_parts.status,
+            };
+            shared.complete(&scoped, token, &completion).await;
             Ok(problem::response(
                 StatusCode::BAD_GATEWAY,
                 problem::BAD_RESPONSE,
                 "Response failed",
-                &format!("the handler's response body failed: {e}"),
+                &format!(
+                    "the request was processed, but the handler's response body failed: {e}; \
+                     it will not be processed again with this Idempotency-Key"
+                ),
             ))
         }
     }
 }
 
-impl Shared {
-    async fn timed<T>(&self, f: StoreFuture<'_, T>) -> Result<T, StoreError> {
-        let limit = self.config.store_timeout;
-        match tokio::time::timeout(limit, f).await {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout(limit)),
-        }
-    }
+/// The deadline that bounds a request's lease, and whether this layer must enforce it.
+struct RequestDeadline {
+    deadline: Deadline,
+    /// Read from the headers: nothing outside this layer stops the handler at it.
+    enforce: bool,
+}
 
-    fn expires_at(&self, now: Millis) -> Millis {
-        let c = &self.config;
-        now.saturating_add(millis(c.retention.max(c.lease)))
-    }
-
-    async fn complete(&self, key: &ScopedKey, token: LeaseToken, completion: &Completion) {
-        let now = self.config.clock.now_millis();
-        let done = self
-            .timed(
-                self.store
-                    .complete(key, token, completion, now, self.expires_at(now)),
+fn request_deadline(shared: &Shared, headers: &HeaderMap) -> Option<RequestDeadline> {
+    let current = || {
+        deadline::current().map(|deadline| RequestDeadline {
+            deadline,
+            enforce: false,
+        })
+    };
+    match shared.config.lease_deadline {
+        LeaseDeadline::Ignore => None,
+        LeaseDeadline::Current => current(),
+        LeaseDeadline::CurrentOrHeaders(list) => current().or_else(|| {
+            let found = stormguard_tower::wire::read_deadline(
+                headers,
+                list,
+                stormguard::deadline::Selection::Earliest,
+                &shared.config.clock,
             )
-            .await;
-        match done {
-            Ok(Finish::Done) => {}
-            Ok(Finish::LeaseLost) => tracing::warn!(
-                key = key.key().as_str(),
-                "idempotency lease was taken over before this request completed; \
-                 its response is returned but not stored (the other holder's record stands)"
-            ),
-            Err(e) => tracing::error!(
-                error = %e,
-                key = key.key().as_str(),
-                "could not store the idempotent response; the key stays in flight until its lease expires"
-            ),
-        }
-    }
-
-    async fn release(&self, key: &ScopedKey, token: LeaseToken, why: &str) {
-        match self.timed(self.store.release(key, token)).await {
-            Ok(Finish::Done) => {
-                tracing::debug!(key = key.key().as_str(), why, "idempotency key released")
-            }
-            Ok(Finish::LeaseLost) => tracing::warn!(
-                key = key.key().as_str(),
-                why,
-                "idempotency lease was taken over before release"
-            ),
-            Err(e) => tracing::error!(
-                error = %e,
-                key = key.key().as_str(),
-                why,
-                "could not release the idempotency key; it stays in flight until its lease expires"
-            ),
-        }
+            .found?;
+            Some(RequestDeadline {
+                deadline: Deadline::after(found.remaining, Clock::tokio()),
+                enforce: true,
+            })
+        }),
     }
 }
 
-fn millis(d: Duration) -> Millis {
+fn deadline_exceeded(detail: &str) -> Response<Body> {
+    problem::response(
+        StatusCode::GATEWAY_TIMEOUT,
+        problem::DEADLINE_EXCEEDED,
+        "Deadline exceeded",
+        detail,
+    )
+}
+
+pub(super) fn millis(d: Duration) -> Millis {
     Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
 }
 
@@ -397,18 +412,25 @@ fn replay(completion: Completion) -> Response<Body> {
             }
             res
         }
-        Completion::TooLarge { status } => problem::response(
-            StatusCode::CONFLICT,
-            problem::RESPONSE_NOT_STORED,
-            "Response not stored",
-            &format!(
-                "the request with this Idempotency-Key was processed and answered {}, but its \
-                 response was too large to keep for replay; it was not processed again",
-                status.as_u16()
-            ),
-        ),
+        Completion::TooLarge { status } => not_stored(status, "was too large to keep for replay"),
+        Completion::BodyFailed { status } => {
+            not_stored(status, "body failed before it could be kept for replay")
+        }
     };
     res.headers_mut()
         .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     res
+}
+
+fn not_stored(status: StatusCode, why: &str) -> Response<Body> {
+    problem::response(
+        StatusCode::CONFLICT,
+        problem::RESPONSE_NOT_STORED,
+        "Response not stored",
+        &format!(
+            "the request with this Idempotency-Key was processed and answered {}, but its \
+             response {why}; it was not processed again",
+            status.as_u16()
+        ),
+    )
 }

@@ -1,17 +1,24 @@
 //! Byte encodings shared by the stores: header lists, and the whole Redis record.
+//!
+//! Public but hidden: the functions that read stored bytes are entry points for fuzzing
+//! (every decoder returns [`StoreError::Corrupt`] for bytes it cannot read, never panics).
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 
 use super::{Completion, StoreError, StoredResponse};
 
-/// Record states, as stored in the `state` column (SQL) and the first byte (Redis).
-pub(crate) const IN_FLIGHT: i64 = 0;
-pub(crate) const COMPLETED: i64 = 1;
-pub(crate) const TOO_LARGE: i64 = 2;
+/// Record state: in flight (as stored in the `state` column (SQL) and the first byte (Redis)).
+pub const IN_FLIGHT: i64 = 0;
+/// Record state: completed with a stored response.
+pub const COMPLETED: i64 = 1;
+/// Record state: completed, the response too large to keep.
+pub const TOO_LARGE: i64 = 2;
+/// Record state: completed, the response body failed.
+pub const BODY_FAILED: i64 = 3;
 
 /// `[u16 name len][name][u32 value len][value]` for each header, big-endian.
-pub(crate) fn encode_headers(headers: &[(HeaderName, HeaderValue)]) -> Vec<u8> {
+pub fn encode_headers(headers: &[(HeaderName, HeaderValue)]) -> Vec<u8> {
     let mut out = Vec::new();
     for (name, value) in headers {
         let name = name.as_str().as_bytes();
@@ -25,9 +32,8 @@ pub(crate) fn encode_headers(headers: &[(HeaderName, HeaderValue)]) -> Vec<u8> {
     out
 }
 
-pub(crate) fn decode_headers(
-    mut bytes: &[u8],
-) -> Result<Vec<(HeaderName, HeaderValue)>, StoreError> {
+/// Reads a header list written by [`encode_headers`].
+pub fn decode_headers(mut bytes: &[u8]) -> Result<Vec<(HeaderName, HeaderValue)>, StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("stored headers: {what}"));
     let mut out = Vec::new();
     while !bytes.is_empty() {
@@ -60,7 +66,7 @@ fn split_u32(bytes: &[u8]) -> Option<(u32, &[u8])> {
 }
 
 /// The state, status, headers and body columns of a completion.
-pub(crate) fn completion_columns(c: &Completion) -> (i64, i64, Vec<u8>, Vec<u8>) {
+pub fn completion_columns(c: &Completion) -> (i64, i64, Vec<u8>, Vec<u8>) {
     match c {
         Completion::Response(r) => (
             COMPLETED,
@@ -74,11 +80,17 @@ pub(crate) fn completion_columns(c: &Completion) -> (i64, i64, Vec<u8>, Vec<u8>)
             Vec::new(),
             Vec::new(),
         ),
+        Completion::BodyFailed { status } => (
+            BODY_FAILED,
+            i64::from(status.as_u16()),
+            Vec::new(),
+            Vec::new(),
+        ),
     }
 }
 
 /// The completion stored in these columns.
-pub(crate) fn completion_from_columns(
+pub fn completion_from_columns(
     state: i64,
     status: Option<i64>,
     headers: Option<Vec<u8>>,
@@ -95,13 +107,13 @@ pub(crate) fn completion_from_columns(
             body: Bytes::from(body.unwrap_or_default()),
         })),
         TOO_LARGE => Ok(Completion::TooLarge { status }),
+        BODY_FAILED => Ok(Completion::BodyFailed { status }),
         other => Err(StoreError::Corrupt(format!("unknown record state {other}"))),
     }
 }
 
 /// The Redis payload after the fixed-width prefix: `[u16 status][u32 headers len][headers][body]`.
-#[cfg(feature = "redis")]
-pub(crate) fn encode_payload(c: &Completion) -> Vec<u8> {
+pub fn encode_payload(c: &Completion) -> Vec<u8> {
     let (_, status, headers, body) = completion_columns(c);
     let mut out = Vec::with_capacity(6 + headers.len() + body.len());
     out.extend_from_slice(&u16::try_from(status).unwrap_or(0).to_be_bytes());
@@ -115,8 +127,8 @@ pub(crate) fn encode_payload(c: &Completion) -> Vec<u8> {
     out
 }
 
-#[cfg(feature = "redis")]
-pub(crate) fn decode_payload(state: i64, payload: &[u8]) -> Result<Completion, StoreError> {
+/// Reads a Redis payload written by [`encode_payload`] for a record in `state`.
+pub fn decode_payload(state: i64, payload: &[u8]) -> Result<Completion, StoreError> {
     let corrupt = || StoreError::Corrupt("truncated Redis payload".into());
     let (status, rest) = split_u16(payload).ok_or_else(corrupt)?;
     let (hlen, rest) = split_u32(rest).ok_or_else(corrupt)?;
@@ -132,6 +144,8 @@ pub(crate) fn decode_payload(state: i64, payload: &[u8]) -> Result<Completion, S
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     #[test]
@@ -155,5 +169,72 @@ mod tests {
             headers
         );
         assert!(decode_headers(&[0, 5, b'a']).is_err());
+    }
+
+    fn header() -> impl Strategy<Value = (HeaderName, HeaderValue)> {
+        (
+            "[a-z][a-z0-9-]{0,20}",
+            proptest::collection::vec(32u8..=255, 0..40),
+        )
+            .prop_filter_map("valid header", |(name, value)| {
+                let value: Vec<u8> = value.into_iter().filter(|b| *b != 127).collect();
+                Some((
+                    HeaderName::from_bytes(name.as_bytes()).ok()?,
+                    HeaderValue::from_bytes(&value).ok()?,
+                ))
+            })
+    }
+
+    fn completion() -> impl Strategy<Value = Completion> {
+        let status = (100u16..=999).prop_filter_map("status", |s| StatusCode::from_u16(s).ok());
+        prop_oneof![
+            (
+                status.clone(),
+                proptest::collection::vec(header(), 0..6),
+                proptest::collection::vec(any::<u8>(), 0..200),
+            )
+                .prop_map(|(status, headers, body)| {
+                    Completion::Response(StoredResponse {
+                        status,
+                        headers,
+                        body: Bytes::from(body),
+                    })
+                }),
+            status
+                .clone()
+                .prop_map(|status| Completion::TooLarge { status }),
+            status.prop_map(|status| Completion::BodyFailed { status }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn every_completion_round_trips_through_columns_and_payload(c in completion()) {
+            let (state, status, headers, body) = completion_columns(&c);
+            let back = completion_from_columns(state, Some(status), Some(headers), Some(body))
+                .expect("decodes");
+            prop_assert_eq!(&back, &c);
+            prop_assert_eq!(decode_payload(state, &encode_payload(&c)).expect("decodes"), c);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300), state in 0i64..5) {
+            let _ = decode_headers(&bytes);
+            let _ = decode_payload(state, &bytes);
+            let _ = completion_from_columns(state, Some(200), Some(bytes.clone()), Some(bytes));
+        }
+
+        #[test]
+        fn a_truncated_header_list_is_corrupt(headers in proptest::collection::vec(header(), 1..5), cut in 1usize..8) {
+            let bytes = encode_headers(&headers);
+            let cut = cut.min(bytes.len());
+            let short = &bytes[..bytes.len() - cut];
+            match decode_headers(short) {
+                Err(StoreError::Corrupt(_)) => {}
+                // A cut exactly between two headers leaves a valid, shorter list.
+                Ok(fewer) => prop_assert!(fewer.len() < headers.len()),
+                Err(other) => prop_assert!(false, "unexpected {other:?}"),
+            }
+        }
     }
 }

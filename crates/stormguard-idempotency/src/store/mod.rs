@@ -14,8 +14,16 @@
 //! [`Finish::LeaseLost`]. A record whose retention has passed is treated as absent and
 //! replaced, and [`Store::reap`] deletes such records in bounded batches.
 //!
-//! All times are epoch milliseconds chosen by the caller (see [`crate::clock`]); no store reads
+//! All times are epoch milliseconds chosen by the caller (see [`WallClock`](stormguard::deadline::WallClock)); no store reads
 //! its server's clock for a decision.
+//!
+//! # Pools
+//!
+//! The SQL stores' own pools (`connect`, `open`) do not ping a connection before handing it out
+//! (sqlx's `test_before_acquire`, on by default, would double the round trips of every
+//! statement); a connection that died while idle fails its next statement instead, which
+//! `begin` reports as a store failure (`503`, the client retries) and the finishing writes
+//! retry up to three times.
 //!
 //! # Implementing a store
 //!
@@ -34,8 +42,8 @@ use stormguard::retry::IdempotencyKey;
 
 use crate::fingerprint::Fingerprint;
 
-#[cfg_attr(not(any(feature = "sql", feature = "redis")), allow(dead_code))]
-pub(crate) mod codec;
+#[doc(hidden)]
+pub mod codec;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
@@ -61,20 +69,53 @@ pub struct ScopedKey {
 }
 
 impl ScopedKey {
-    /// The longest tenant stored as is; longer tenants are stored as `sha256:<hex>`.
+    /// The longest tenant stored as is; longer tenants are stored hashed.
     pub const MAX_TENANT_LEN: usize = 255;
 
+    /// What a hashed tenant starts with: `sha256:` and 64 hex digits follow.
+    pub const HASHED_TENANT_PREFIX: &'static str = "sha256:";
+
     /// `key` in the scope of `tenant` (use `""` for an application without tenants).
+    ///
+    /// The stored form of the tenant is one-to-one (up to SHA-256 collisions): a tenant is
+    /// kept as is unless it is longer than [`MAX_TENANT_LEN`](Self::MAX_TENANT_LEN), starts
+    /// with [`HASHED_TENANT_PREFIX`](Self::HASHED_TENANT_PREFIX) or contains a NUL byte
+    /// (which PostgreSQL's `TEXT` cannot hold); those are stored as `sha256:<hex>` of the
+    /// tenant. A tenant that *spells* a hash is itself hashed, so it can never share a scope
+    /// with the long tenant whose hash it spells.
+    ///
+    /// ```
+    /// use stormguard::retry::IdempotencyKey;
+    /// use stormguard_idempotency::ScopedKey;
+    ///
+    /// let key = IdempotencyKey::new("order-17").unwrap();
+    /// let long = "t".repeat(300);
+    /// let hashed = ScopedKey::new(&long, key.clone());
+    /// assert!(hashed.tenant().starts_with("sha256:"));
+    /// // A short tenant that is literally that string gets a scope of its own.
+    /// let spoof = ScopedKey::new(hashed.tenant(), key.clone());
+    /// assert_ne!(spoof.tenant(), hashed.tenant());
+    /// assert_eq!(ScopedKey::new("acme", key).tenant(), "acme");
+    /// ```
     pub fn new(tenant: &str, key: IdempotencyKey) -> Self {
-        let tenant: Arc<str> = if tenant.len() > Self::MAX_TENANT_LEN {
-            Arc::from(format!(
-                "sha256:{}",
-                crate::fingerprint::hex(&Sha256::digest(tenant.as_bytes()))
-            ))
-        } else {
-            Arc::from(tenant)
-        };
-        ScopedKey { tenant, key }
+        ScopedKey {
+            tenant: Self::stored_tenant(tenant),
+            key,
+        }
+    }
+
+    fn stored_tenant(tenant: &str) -> Arc<str> {
+        let as_is = tenant.len() <= Self::MAX_TENANT_LEN
+            && !tenant.starts_with(Self::HASHED_TENANT_PREFIX)
+            && !tenant.contains('\0');
+        if as_is {
+            return Arc::from(tenant);
+        }
+        Arc::from(format!(
+            "{}{}",
+            Self::HASHED_TENANT_PREFIX,
+            crate::fingerprint::hex(&Sha256::digest(tenant.as_bytes()))
+        ))
     }
 
     /// The tenant as stored (at most 255 bytes).
@@ -147,6 +188,12 @@ pub enum Completion {
     /// The handler answered `status`, but the response was over the size cap and was not
     /// kept ([`Oversize::Mark`](crate::Oversize::Mark)).
     TooLarge {
+        /// The status the handler answered.
+        status: StatusCode,
+    },
+    /// The handler answered `status`, but its response body failed before it was stored; the
+    /// request was processed and is not processed again.
+    BodyFailed {
         /// The status the handler answered.
         status: StatusCode,
     },

@@ -23,11 +23,13 @@ pub struct MySqlStore {
 }
 
 impl MySqlStore {
-    /// Connects a pool of up to 16 connections to `url` (`mysql://user:pass@host:3306/db`).
+    /// Connects a pool of up to 16 connections to `url` (`mysql://user:pass@host:3306/db`),
+    /// without a ping before each use (see [the SQL stores' notes](crate::store#pools)).
     /// Call [`migrate`](Self::migrate) once before use.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let pool = MySqlPoolOptions::new()
             .max_connections(16)
+            .test_before_acquire(false)
             .connect(url)
             .await?;
         Ok(MySqlStore { pool })
@@ -53,6 +55,7 @@ sql_store! {
     tracking_table: "CREATE TABLE IF NOT EXISTS stormguard_idempotency_migrations (
         version BIGINT PRIMARY KEY, description VARCHAR(255) NOT NULL,
         applied_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP) ENGINE = InnoDB",
+    claim: "",
     insert: "INSERT INTO stormguard_idempotency
         (tenant, idem_key, state, fingerprint, lease_token, lease_until, expires_at, created_at)
         VALUES (?, ?, 0, ?, ?, ?, ?, ?)",

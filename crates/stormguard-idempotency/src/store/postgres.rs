@@ -18,10 +18,13 @@ pub struct PostgresStore {
 
 impl PostgresStore {
     /// Connects a pool of up to 16 connections to `url`
-    /// (`postgres://user@host:5432/db`). Call [`migrate`](Self::migrate) once before use.
+    /// (`postgres://user@host:5432/db`), without a ping before each use (see
+    /// [the SQL stores' notes](crate::store#pools)). Call [`migrate`](Self::migrate) once
+    /// before use.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()
             .max_connections(16)
+            .test_before_acquire(false)
             .connect(url)
             .await?;
         Ok(PostgresStore { pool })
@@ -48,6 +51,18 @@ sql_store! {
     tracking_table: "CREATE TABLE IF NOT EXISTS stormguard_idempotency_migrations (
         version BIGINT PRIMARY KEY, description TEXT NOT NULL,
         applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    // One round trip for a new key and for an existing one: the insert, and (only when it
+    // found a record) that record. Column 0 is NULL for the caller's own new row.
+    claim: "WITH ins AS (
+        INSERT INTO stormguard_idempotency
+        (tenant, idem_key, state, fingerprint, lease_token, lease_until, expires_at, created_at)
+        VALUES ($1, $2, 0, $3, $4, $5, $6, $7) ON CONFLICT (tenant, idem_key) DO NOTHING RETURNING 1)
+        SELECT NULL::BIGINT, NULL::BYTEA, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT,
+            NULL::BYTEA, NULL::BYTEA FROM ins
+        UNION ALL
+        SELECT state, fingerprint, lease_token, lease_until, expires_at, status, headers, body
+        FROM stormguard_idempotency
+        WHERE tenant = $1 AND idem_key = $2 AND NOT EXISTS (SELECT 1 FROM ins)",
     insert: "INSERT INTO stormguard_idempotency
         (tenant, idem_key, state, fingerprint, lease_token, lease_until, expires_at, created_at)
         VALUES ($1, $2, 0, $3, $4, $5, $6, $7) ON CONFLICT (tenant, idem_key) DO NOTHING",

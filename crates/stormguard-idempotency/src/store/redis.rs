@@ -6,9 +6,9 @@
 //! [state: 1 char][lease token: 16 hex][lease until: 16 hex][expires at: 16 hex][fingerprint: 64 hex][payload]
 //! ```
 //!
-//! - **begin** first sends `SET key record NX PX ttl`: a new key costs one round trip and can
-//!   never overwrite anything. Only when the key exists does a Lua script read it and decide
-//!   (replay, in flight, mismatch), and *replace* it only after comparing: a record past its
+//! - **begin** is one Lua script, one round trip for a new key and for a replay alike: it
+//!   creates the record with `SET NX PX` when there is none; otherwise it reads it and decides
+//!   (replay, in flight, mismatch), and *replaces* it only after comparing: a record past its
 //!   retention, or an in-flight record whose lease has expired (take-over, which installs the
 //!   new fencing token).
 //! - **complete** and **release** are compare-and-set / compare-and-delete scripts on the
@@ -37,8 +37,8 @@ use crate::store::{
 const BEGIN_LUA: &str = r#"
 local v = redis.call('GET', KEYS[1])
 if not v then
-  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'acquired'} end
-  return {'retry'}
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {'acquired'}
 end
 local now = tonumber(ARGV[3])
 if tonumber(string.sub(v, 34, 49), 16) <= now then
@@ -222,57 +222,37 @@ impl Store for RedisStore {
             );
             let px = ttl(req.now, req.expires_at);
             let mut conn = self.conn.clone();
-            for _ in 0..4 {
-                let set: Option<String> = redis::cmd("SET")
-                    .arg(&key)
-                    .arg(&rec)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(px)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(StoreError::backend)?;
-                if set.is_some() {
-                    return Ok(Begin::Acquired { took_over: false });
-                }
-                let reply: Vec<Vec<u8>> = self
-                    .begin
-                    .key(&key)
-                    .arg(&rec)
-                    .arg(px)
-                    .arg(req.now)
-                    .arg(&fp)
-                    .invoke_async(&mut conn)
-                    .await
-                    .map_err(StoreError::backend)?;
-                let verdict = reply.first().map(Vec::as_slice).unwrap_or_default();
-                return match verdict {
-                    b"acquired" => Ok(Begin::Acquired { took_over: false }),
-                    b"takeover" => Ok(Begin::Acquired { took_over: true }),
-                    b"mismatch" => Ok(Begin::Mismatch),
-                    b"inflight" => Ok(Begin::InFlight {
-                        lease_until: parse_hex(
-                            reply.get(1).map(Vec::as_slice).unwrap_or_default(),
-                        )?,
-                    }),
-                    b"completed" => {
-                        let v = reply.get(1).map(Vec::as_slice).unwrap_or_default();
-                        if v.len() < 113 {
-                            return Err(StoreError::Corrupt("short Redis record".into()));
-                        }
-                        let state = i64::from(v[0].wrapping_sub(b'0'));
-                        Ok(Begin::Completed(codec::decode_payload(state, &v[113..])?))
+            let reply: Vec<Vec<u8>> = self
+                .begin
+                .key(&key)
+                .arg(&rec)
+                .arg(px)
+                .arg(req.now)
+                .arg(&fp)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(StoreError::backend)?;
+            let verdict = reply.first().map(Vec::as_slice).unwrap_or_default();
+            match verdict {
+                b"acquired" => Ok(Begin::Acquired { took_over: false }),
+                b"takeover" => Ok(Begin::Acquired { took_over: true }),
+                b"mismatch" => Ok(Begin::Mismatch),
+                b"inflight" => Ok(Begin::InFlight {
+                    lease_until: parse_hex(reply.get(1).map(Vec::as_slice).unwrap_or_default())?,
+                }),
+                b"completed" => {
+                    let v = reply.get(1).map(Vec::as_slice).unwrap_or_default();
+                    if v.len() < 113 {
+                        return Err(StoreError::Corrupt("short Redis record".into()));
                     }
-                    b"retry" => continue,
-                    other => Err(StoreError::Corrupt(format!(
-                        "unexpected begin reply {:?}",
-                        String::from_utf8_lossy(other)
-                    ))),
-                };
+                    let state = i64::from(v[0].wrapping_sub(b'0'));
+                    Ok(Begin::Completed(codec::decode_payload(state, &v[113..])?))
+                }
+                other => Err(StoreError::Corrupt(format!(
+                    "unexpected begin reply {:?}",
+                    String::from_utf8_lossy(other)
+                ))),
             }
-            Err(StoreError::Contention(
-                "begin kept racing with deletes".into(),
-            ))
         })
     }
 

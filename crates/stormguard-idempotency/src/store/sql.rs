@@ -2,18 +2,25 @@
 //!
 //! # begin
 //!
-//! 1. `INSERT` a new in-flight record; a new row means the caller holds the lease. PostgreSQL
-//!    and SQLite use `ON CONFLICT DO NOTHING` and read the affected-row count; MySQL uses a
-//!    plain `INSERT` and treats the duplicate-key error as "exists", because sqlx connects with
-//!    `CLIENT_FOUND_ROWS` and an upsert would report 1 row for a duplicate too.
+//! 1. Claim: `INSERT` a new in-flight record; a new row means the caller holds the lease.
+//!    PostgreSQL does it in one statement with the read of step 2 (`claim`: a data-modifying
+//!    `WITH` whose outer `SELECT` returns the existing record when the insert found one), so
+//!    a new key and a replay each cost one round trip. SQLite uses `ON CONFLICT DO NOTHING`
+//!    and reads the affected-row count; MySQL uses a plain `INSERT` and treats the
+//!    duplicate-key error as "exists", because sqlx connects with `CLIENT_FOUND_ROWS` and an
+//!    upsert would report 1 row for a duplicate too (MySQL has no `INSERT … RETURNING`, so a
+//!    replay there costs two round trips).
 //! 2. Otherwise `SELECT` the record and decide in Rust: expired → replace it; other fingerprint
-//!    → mismatch; completed → replay; live lease → in flight; expired lease → take over.
+//!    → mismatch; completed → replay; live lease → in flight; expired lease → take over. (A
+//!    record that a concurrent claim committed after this statement's snapshot is not visible
+//!    to it yet: the loop simply goes round again.)
 //! 3. Replacing and taking over are compare-and-set `UPDATE`s on `(lease_token, state)`, so
 //!    of two racing callers exactly one wins; the loser starts again at 1.
 //!
-//! Every statement is a single autocommitted statement: no transaction is held open across a
-//! round trip, and the placeholders appear in bind order so one bind sequence serves `$n`
-//! (PostgreSQL) and `?` (MySQL, SQLite).
+//! Every statement is a single autocommitted, prepared (and cached) statement: no transaction
+//! is held open across a round trip, and the placeholders appear in bind order so one bind
+//! sequence serves `$n` (PostgreSQL) and `?` (MySQL, SQLite). A new key costs two commits (the
+//! claim, the completion) and a replay none.
 
 /// How many times `begin` goes round when it keeps losing races (or deadlocks on MySQL).
 pub(crate) const BEGIN_ATTEMPTS: usize = 8;
@@ -48,6 +55,7 @@ macro_rules! sql_store {
         lock: $lock:literal,
         unlock: $unlock:literal,
         tracking_table: $tracking:literal,
+        claim: $claim:literal,
         insert: $insert:literal,
         select: $select:literal,
         replace: $replace:literal,
@@ -119,8 +127,9 @@ macro_rules! sql_store {
                     let key = req.key.key().as_str();
                     let fp: &[u8] = req.fingerprint.as_bytes();
                     let mut last_err = None;
-                    for _ in 0..BEGIN_ATTEMPTS {
-                        let rows = sqlx::query::<$Db>($insert)
+                    // The claim's arguments, in the order both claim statements take them.
+                    let claiming = |statement: &'static str| {
+                        sqlx::query::<$Db>(statement)
                             .bind(tenant)
                             .bind(key)
                             .bind(fp)
@@ -128,23 +137,43 @@ macro_rules! sql_store {
                             .bind(req.lease_until)
                             .bind(req.expires_at)
                             .bind(req.now)
-                            .execute(&self.pool)
-                            .await
-                            .map(|r| r.rows_affected());
-                        match inserted(rows) {
-                            Ok(true) => return Ok($crate::Begin::Acquired { took_over: false }),
-                            Ok(false) => {}
-                            Err(e) if is_transient(&e) => {
-                                last_err = Some(e);
-                                continue;
+                    };
+                    for _ in 0..BEGIN_ATTEMPTS {
+                        let row = if $claim.is_empty() {
+                            let rows = claiming($insert)
+                                .execute(&self.pool)
+                                .await
+                                .map(|r| r.rows_affected());
+                            match inserted(rows) {
+                                Ok(true) => {
+                                    return Ok($crate::Begin::Acquired { took_over: false });
+                                }
+                                Ok(false) => {}
+                                Err(e) if is_transient(&e) => {
+                                    last_err = Some(e);
+                                    continue;
+                                }
+                                Err(e) => return Err(e.into()),
                             }
-                            Err(e) => return Err(e.into()),
-                        }
-                        let row = sqlx::query::<$Db>($select)
-                            .bind(tenant)
-                            .bind(key)
-                            .fetch_optional(&self.pool)
-                            .await?;
+                            sqlx::query::<$Db>($select)
+                                .bind(tenant)
+                                .bind(key)
+                                .fetch_optional(&self.pool)
+                                .await?
+                        } else {
+                            let claimed = claiming($claim).fetch_optional(&self.pool).await;
+                            match claimed {
+                                Ok(Some(row)) if row.try_get::<Option<i64>, _>(0)?.is_none() => {
+                                    return Ok($crate::Begin::Acquired { took_over: false });
+                                }
+                                Ok(row) => row,
+                                Err(e) if is_transient(&e) => {
+                                    last_err = Some(e);
+                                    continue;
+                                }
+                                Err(e) => return Err(e.into()),
+                            }
+                        };
                         let Some(row) = row else { continue };
                         let state: i64 = row.try_get(0)?;
                         let stored_fp: Vec<u8> = row.try_get(1)?;

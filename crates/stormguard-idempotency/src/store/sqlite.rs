@@ -25,8 +25,10 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path` in WAL mode with
-    /// `synchronous = NORMAL` and a 10 s busy timeout. Call [`migrate`](Self::migrate) once
-    /// before use.
+    /// `synchronous = NORMAL` and a 10 s busy timeout, on a pool of four connections (each
+    /// runs on a thread of its own; measured on two cores, one connection halved the raw
+    /// statement rate and did not help the layer). Call [`migrate`](Self::migrate) once before
+    /// use.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -36,6 +38,7 @@ impl SqliteStore {
             .busy_timeout(Duration::from_secs(10));
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
+            .test_before_acquire(false)
             .connect_with(options)
             .await?;
         Ok(SqliteStore { pool })
@@ -79,6 +82,7 @@ sql_store! {
     tracking_table: "CREATE TABLE IF NOT EXISTS stormguard_idempotency_migrations (
         version INTEGER PRIMARY KEY, description TEXT NOT NULL,
         applied_at INTEGER NOT NULL DEFAULT (strftime('%s','now')))",
+    claim: "",
     insert: "INSERT INTO stormguard_idempotency
         (tenant, idem_key, state, fingerprint, lease_token, lease_until, expires_at, created_at)
         VALUES (?, ?, 0, ?, ?, ?, ?, ?) ON CONFLICT (tenant, idem_key) DO NOTHING",

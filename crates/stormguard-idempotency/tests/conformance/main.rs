@@ -1,10 +1,12 @@
-//! The conformance suite: every numbered behaviour of issue 6, on every store.
+//! The conformance suite: every numbered behaviour of issue 6 (`suite.rs`) and of issue 18
+//! (`hardening.rs`), on every store.
 //!
-//! `suite.rs` holds one `async fn` per behaviour, each taking a fresh isolated [`TestEnv`];
+//! Each file holds one `async fn` per behaviour, each taking a fresh isolated [`TestEnv`];
 //! the macro below instantiates all of them for each store. Networked stores read
 //! `STORMGUARD_TEST_POSTGRES_URL`, `STORMGUARD_TEST_MYSQL_URL` and `STORMGUARD_TEST_REDIS_URL`
 //! and print `SKIPPED: ...` to stderr when theirs is not set.
 
+mod hardening;
 mod suite;
 #[path = "../support/mod.rs"]
 mod support;
@@ -38,17 +40,34 @@ macro_rules! conformance {
                     b12_two_hundred_concurrent_duplicates_run_once,
                     b12_thousand_sequential_duplicates_run_once,
                 );
+                conformance!(@tests_in hardening, $backend;
+                    h01_a_tenant_spelling_a_hash_gets_its_own_scope,
+                    h02_json_numbers_keep_every_digit,
+                    h03_the_lease_follows_the_current_deadline,
+                    h03_the_lease_follows_a_deadline_header,
+                    h08_replays_keep_the_handlers_headers,
+                    h09_complete_fails_after_the_handler_ran,
+                    h09_store_hangs_after_the_handler_ran,
+                    h09_store_hangs_at_begin,
+                    h09_release_fails_after_the_handler_ran,
+                    h09_a_corrupt_record_fails_closed,
+                    h09_a_failing_response_body_is_not_run_again,
+                    h09_a_transient_complete_failure_is_retried,
+                );
             }
         )*
     };
     (@tests $backend:expr; $($test:ident),* $(,)?) => {
+        conformance!(@tests_in suite, $backend; $($test),*);
+    };
+    (@tests_in $file:ident, $backend:expr; $($test:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $test() {
                 let Some(env) = $backend.open(concat!(module_path!(), "::", stringify!($test))).await else {
                     return;
                 };
-                suite::$test(&env).await;
+                $file::$test(&env).await;
                 env.cleanup().await;
             }
         )*

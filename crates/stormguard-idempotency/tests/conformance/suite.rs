@@ -10,24 +10,25 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http::{HeaderMap, Method, Request, StatusCode};
 use stormguard::clock::ManualClock;
+use stormguard::deadline::WallClock;
 use stormguard::retry::IdempotencyKey;
 use stormguard_idempotency::problem;
 use stormguard_idempotency::{
     Begin, BeginRequest, Completion, DoNotStore, FailureMode, Fingerprint, Finish,
     IdempotencyLayer, InFlight, LeaseToken, Oversize, Reaper, ScopedKey, Store, StorePolicy,
-    StoredResponse, WallClock,
+    StoredResponse,
 };
 use tokio::sync::{Notify, Semaphore};
 use tower::ServiceExt as _;
 
 use crate::support::{Http, TestEnv, serve};
 
-const LEASE: Duration = Duration::from_secs(30);
+pub(crate) const LEASE: Duration = Duration::from_secs(30);
 
 /// What the handlers saw.
-struct Probe {
-    runs: AtomicUsize,
-    entered: Notify,
+pub(crate) struct Probe {
+    pub(crate) runs: AtomicUsize,
+    pub(crate) entered: Notify,
     /// Execution number 1 waits for a permit here when `gate_first` is set.
     gate: Semaphore,
     gate_first: bool,
@@ -48,33 +49,33 @@ impl Default for Probe {
 }
 
 impl Probe {
-    fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Probe::default())
     }
 
-    fn gated() -> Arc<Self> {
+    pub(crate) fn gated() -> Arc<Self> {
         Arc::new(Probe {
             gate_first: true,
             ..Probe::default()
         })
     }
 
-    fn hanging() -> Arc<Self> {
+    pub(crate) fn hanging() -> Arc<Self> {
         Arc::new(Probe {
             hang_first: true,
             ..Probe::default()
         })
     }
 
-    fn runs(&self) -> usize {
+    pub(crate) fn runs(&self) -> usize {
         self.runs.load(Ordering::SeqCst)
     }
 
-    fn open_gate(&self) {
+    pub(crate) fn open_gate(&self) {
         self.gate.add_permits(1_000);
     }
 
-    async fn start(&self) -> usize {
+    pub(crate) async fn start(&self) -> usize {
         let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
         self.entered.notify_one();
         if n == 1 && self.hang_first {
@@ -90,11 +91,11 @@ impl Probe {
 /// `/pay` (POST and PATCH) and `/other`: 201 with a body naming the execution, headers that
 /// are and are not allow-listed. `/status`: answers the status in `x-want-status`.
 /// `/big`: a body of `x-size` bytes. `/validate`: 400 with [`DoNotStore`].
-fn app(probe: &Arc<Probe>, layer: IdempotencyLayer) -> Router {
+pub(crate) fn app(probe: &Arc<Probe>, layer: IdempotencyLayer) -> Router {
     routes(probe).route_layer(layer)
 }
 
-fn routes(probe: &Arc<Probe>) -> Router {
+pub(crate) fn routes(probe: &Arc<Probe>) -> Router {
     let pay = {
         let p = Arc::clone(probe);
         move |body: Bytes| {
@@ -110,7 +111,7 @@ fn routes(probe: &Arc<Probe>) -> Router {
                     .header("content-type", "application/json")
                     .header("location", format!("/payments/{n}"))
                     .header("etag", format!("\"v{n}\""))
-                    .header("x-internal", "not replayed")
+                    .header("x-exec", n.to_string())
                     .header("set-cookie", "session=secret")
                     .body(Body::from(body))
                     .unwrap_or_default()
@@ -177,21 +178,21 @@ fn routes(probe: &Arc<Probe>) -> Router {
         .route("/validate", post(validate))
 }
 
-fn layer(env: &TestEnv) -> IdempotencyLayer {
+pub(crate) fn layer(env: &TestEnv) -> IdempotencyLayer {
     IdempotencyLayer::from_arc(env.store()).with_lease(LEASE)
 }
 
-fn manual_layer(env: &TestEnv) -> (IdempotencyLayer, ManualClock) {
+pub(crate) fn manual_layer(env: &TestEnv) -> (IdempotencyLayer, ManualClock) {
     let manual = ManualClock::new();
     let layer = layer(env).with_clock(WallClock::from_clock(manual.clock()));
     (layer, manual)
 }
 
-async fn http(probe: &Arc<Probe>, layer: IdempotencyLayer) -> Http {
+pub(crate) async fn http(probe: &Arc<Probe>, layer: IdempotencyLayer) -> Http {
     Http::new(serve(app(probe, layer)).await)
 }
 
-fn unique_key(tag: &str) -> String {
+pub(crate) fn unique_key(tag: &str) -> String {
     format!("{tag}-{:016x}", rand_u64())
 }
 
@@ -266,7 +267,7 @@ pub(crate) async fn b03_first_runs_duplicate_replays_byte_for_byte(env: &TestEnv
         .await;
     assert_eq!(first.status, StatusCode::CREATED);
     assert!(!first.replayed());
-    assert_eq!(first.headers["x-internal"], "not replayed");
+    assert_eq!(first.headers["x-exec"], "1");
     // The same request, its JSON keys in another order: the same fingerprint.
     let again = client
         .post("/pay", &key, r#"{ "currency":"EUR", "amount":10 }"#)
@@ -274,16 +275,14 @@ pub(crate) async fn b03_first_runs_duplicate_replays_byte_for_byte(env: &TestEnv
     assert_eq!(again.status, StatusCode::CREATED);
     assert!(again.replayed(), "missing Idempotent-Replayed: {again:?}");
     assert_eq!(again.body, first.body, "replay must be byte for byte");
-    for h in ["content-type", "location", "etag"] {
+    // Every end-to-end header comes back (the handler's own x-exec too), but not the
+    // first caller's cookie.
+    for h in ["content-type", "location", "etag", "x-exec"] {
         assert_eq!(again.headers.get(h), first.headers.get(h), "{h}");
     }
     assert!(
-        again.headers.get("x-internal").is_none(),
-        "not allow-listed"
-    );
-    assert!(
         again.headers.get("set-cookie").is_none(),
-        "not allow-listed"
+        "set-cookie is never replayed by default"
     );
     assert_eq!(probe.runs(), 1);
     // A new key runs again.
@@ -528,7 +527,7 @@ pub(crate) async fn b06_tenants_are_isolated(env: &TestEnv) {
 
 // 7 ---------------------------------------------------------------------------------------
 
-fn pay_request(key: &str) -> Request<Body> {
+pub(crate) fn pay_request(key: &str) -> Request<Body> {
     Request::post("/pay")
         .header("idempotency-key", format!("\"{key}\""))
         .header("content-type", "application/json")
@@ -536,7 +535,7 @@ fn pay_request(key: &str) -> Request<Body> {
         .unwrap_or_default()
 }
 
-async fn read(res: Response) -> (StatusCode, HeaderMap, Bytes) {
+pub(crate) async fn read(res: Response) -> (StatusCode, HeaderMap, Bytes) {
     let (parts, body) = res.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX).await.expect("body");
     (parts.status, parts.headers, body)
@@ -643,18 +642,18 @@ pub(crate) async fn b07_stale_holder_cannot_complete(env: &TestEnv) {
     assert_eq!(probe.runs(), 2);
 }
 
-fn scoped(tag: &str) -> ScopedKey {
+pub(crate) fn scoped(tag: &str) -> ScopedKey {
     ScopedKey::new(
         "tenant",
         IdempotencyKey::new(&unique_key(tag)).expect("key"),
     )
 }
 
-fn fp(n: u8) -> Fingerprint {
+pub(crate) fn fp(n: u8) -> Fingerprint {
     Fingerprint([n; 32])
 }
 
-fn begin_at<'a>(
+pub(crate) fn begin_at<'a>(
     key: &'a ScopedKey,
     f: &'a Fingerprint,
     token: LeaseToken,
@@ -670,7 +669,7 @@ fn begin_at<'a>(
     }
 }
 
-fn response(body: &'static str) -> Completion {
+pub(crate) fn response(body: &'static str) -> Completion {
     Completion::Response(StoredResponse {
         status: StatusCode::OK,
         headers: vec![(

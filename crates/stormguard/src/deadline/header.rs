@@ -555,13 +555,22 @@ impl WallClock {
         }
     }
 
-    /// The current wall-clock time in milliseconds since the Unix epoch (0 before it).
-    pub fn now_millis(&self) -> u64 {
+    /// The current wall-clock time in milliseconds since the Unix epoch (0 before it), as
+    /// the `BIGINT` a store keeps.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use stormguard::deadline::WallClock;
+    ///
+    /// let wall = WallClock::fixed(SystemTime::UNIX_EPOCH + Duration::from_millis(1_500));
+    /// assert_eq!(wall.now_millis(), 1_500);
+    /// ```
+    pub fn now_millis(&self) -> i64 {
         let since = self
             .now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
-        u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
     }
 }
 

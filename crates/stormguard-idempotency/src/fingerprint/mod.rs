@@ -3,16 +3,31 @@
 //! The draft asks the server to answer `422` when a key is reused with a different request
 //! payload. The [`DefaultFingerprinter`] hashes the method, the path and query, and the
 //! SHA-256 of the *canonical* body: a JSON body (`application/json` or `*+json`) is re-encoded
-//! with object keys sorted and no insignificant whitespace, so `{"a":1, "b":2}` and
-//! `{"b":2,"a":1}` are the same request; any other body is hashed as sent. Applications add
-//! fields (a header, a route parameter) with [`DefaultFingerprinter::with_header`] or replace
-//! the whole scheme with any `Fn(&Parts, &[u8]) -> Fingerprint`.
+//! by [`canonical_json`] with object keys sorted and no insignificant whitespace, so
+//! `{"a":1, "b":2}` and `{"b":2,"a":1}` are the same request; any other body, and a JSON body
+//! that does not parse, is hashed as sent. Applications add fields (a header, a route
+//! parameter) with [`DefaultFingerprinter::with_header`] or replace the whole scheme with any
+//! `Fn(&Parts, &[u8]) -> Fingerprint`.
+//!
+//! # Why not `serde_json::Value`
+//!
+//! Parsing into a `Value` and writing it back loses what an `f64` cannot hold:
+//! `{"amount":100000000000000000001}` and `…002`, or `0.1` and `0.10000000000000001`, would
+//! become the same request, and the second would be answered with the first one's stored
+//! response instead of `422`. [`canonical_json`] keeps every number's text exactly as sent
+//! (so `1.0` and `1` are different requests too: a false `422` is safe, a false replay is
+//! not) and only normalises what cannot change the meaning: whitespace, object key order,
+//! and string escapes (`"\u00e9"` and `"é"` are one string).
 
 use std::fmt;
 
 use http::HeaderName;
 use http::request::Parts;
 use sha2::{Digest, Sha256};
+
+mod canonical;
+
+pub use canonical::canonical_json;
 
 /// A 32-byte request fingerprint (SHA-256).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -139,9 +154,7 @@ impl DefaultFingerprinter {
             })
             .unwrap_or(false);
         if is_json {
-            if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
-                let mut canonical = Vec::with_capacity(body.len());
-                write_canonical(&value, &mut canonical);
+            if let Some(canonical) = canonical_json(body) {
                 return Sha256::digest(&canonical).into();
             }
         }
@@ -167,42 +180,6 @@ impl Fingerprinter for DefaultFingerprinter {
             }
         }
         b.finish()
-    }
-}
-
-/// JSON with object keys sorted (by their UTF-8 bytes) and no whitespace. Independent of
-/// whether serde_json's `preserve_order` feature is on somewhere in the build.
-fn write_canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
-    use serde_json::Value;
-    match value {
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push(b'{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                // Writing a string or a scalar into a Vec cannot fail.
-                let _ = serde_json::to_writer(&mut *out, k);
-                out.push(b':');
-                write_canonical(v, out);
-            }
-            out.push(b'}');
-        }
-        scalar => {
-            let _ = serde_json::to_writer(&mut *out, scalar);
-        }
     }
 }
 
