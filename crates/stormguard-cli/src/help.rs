@@ -53,8 +53,8 @@ L layers call each other (entry first); the last calls a service that fails each
 with probability --fail-prob (1.0: down). Each layer retries its call up to r times, so
 when the service is down it sees the product of (1 + r_i): 27x for 3 layers x 2 retries,
 64x for 3 x 3, 243x for 5 layers x 3 tries. Modes: every-layer; entry-only (only the entry
-retries: 1 + r); budget (every layer retries within its own ratio budget of
---budget-percent of requests — each layer adds about 10 % but they compound, about 1.1^L);
+retries: 1 + r); budget (every layer retries within its own ratio budget of --retry-ratio
+of requests, a fraction — each layer adds about 10 % but they compound, about 1.1^L);
 budget-nack (the same, and a layer that gave up after retrying answers 'don't retry', so
 only the lowest layer retries: about 1.1x).
 
@@ -72,8 +72,11 @@ probability --before until --step-at, then --after. Each request may retry --ret
 (exponential backoff from --base, full jitter), within the budget under test shared by
 all: none, seeds (a retry spends 1 token, a success refunds --token-ratio, allowed while at
 least 1 token), grpc (gRPC A6: a failure costs 1, allowed above --max-tokens/2), aws (500
-tokens, 5 per retry), ratio (Finagle: --retry-percent of requests over --ttl plus
---min-retries-per-sec), concurrency (Envoy: --budget-percent of requests in flight).
+tokens, 5 per retry), ratio (Finagle: --retry-ratio of requests, a fraction, over --ttl
+plus --min-retries-per-sec), concurrency (Envoy: --budget-percent of requests in flight, a
+percentage). The numbers follow the policy file's rules (the budgets' own constructors
+check both), whichever kinds run: --token-ratio 0.001..=1, --retry-ratio 0..=1,
+--budget-percent 0..=100, --max-tokens 1..=1000, --ttl 1s..=60s.
 Failures are spread evenly by default, as in the seeds' arithmetic (--failures random
 draws them).
 

@@ -8,8 +8,10 @@
 //! binary: an ASCII subset (9 KB) of Roboto Regular, Apache License 2.0, in
 //! `assets/fonts/` with its licence. Nothing is needed at run time.
 
+use std::fs::File;
+use std::io::Write;
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
@@ -91,13 +93,89 @@ pub(crate) fn kind_of(path: &Path) -> Result<Kind, String> {
     }
 }
 
-/// Draws `chart` into `path`.
-pub(crate) fn draw(chart: &Chart, path: &Path) -> Result<(), String> {
+/// A `--plot` file: created before the simulation runs, so that a path that cannot be
+/// written is refused at once; written when the chart is drawn. A file that was never written
+/// (the run failed) is removed again.
+#[derive(Debug)]
+pub(crate) struct PlotFile {
+    path: PathBuf,
+    kind: Kind,
+    file: File,
+    written: bool,
+}
+
+impl PlotFile {
+    /// Creates (or truncates) the file at `path`; the error says why it cannot be written.
+    pub(crate) fn create(path: &Path) -> Result<PlotFile, String> {
+        let kind = kind_of(path)?;
+        let file =
+            File::create(path).map_err(|e| format!("{} cannot be created: {e}", path.display()))?;
+        Ok(PlotFile {
+            path: path.to_owned(),
+            kind,
+            file,
+            written: false,
+        })
+    }
+
+    /// Where the plot goes.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Draws `chart` into memory and writes it to the file.
+    pub(crate) fn draw(mut self, chart: &Chart) -> Result<(), String> {
+        let bytes = encode(chart, self.kind)?;
+        self.written = true;
+        self.file
+            .write_all(&bytes)
+            .and_then(|()| self.file.flush())
+            .map_err(|e| format!("writing failed: {e}"))
+    }
+}
+
+impl Drop for PlotFile {
+    fn drop(&mut self) {
+        if !self.written {
+            // Best effort: the run already failed, and that error is the one to report.
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The bytes of `chart` as a file of `kind`.
+fn encode(chart: &Chart, kind: Kind) -> Result<Vec<u8>, String> {
     register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| "the bundled font could not be loaded".to_string())?;
-    match kind_of(path)? {
-        Kind::Svg => render(chart, SVGBackend::new(path, SIZE).into_drawing_area()),
-        Kind::Png => render(chart, BitMapBackend::new(path, SIZE).into_drawing_area()),
+    match kind {
+        Kind::Svg => {
+            let mut svg = String::new();
+            render(
+                chart,
+                SVGBackend::with_string(&mut svg, SIZE).into_drawing_area(),
+            )?;
+            Ok(svg.into_bytes())
+        }
+        Kind::Png => {
+            let (w, h) = SIZE;
+            let mut rgb = vec![0; w as usize * h as usize * 3];
+            render(
+                chart,
+                BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area(),
+            )?;
+            let mut bytes = Vec::new();
+            let mut encoder = png::Encoder::new(&mut bytes, w, h);
+            encoder.set_color(png::ColorType::Rgb);
+            encoder.set_depth(png::BitDepth::Eight);
+            encoder
+                .write_header()
+                .and_then(|mut writer| {
+                    writer.write_image_data(&rgb)?;
+                    writer.finish()
+                })
+                .map_err(|e| format!("PNG encoding failed: {e}"))?;
+            Ok(bytes)
+        }
     }
 }
 
