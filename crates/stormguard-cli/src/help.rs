@@ -23,8 +23,9 @@ are deterministic: the same --seed prints the same bytes.
   occ       clients contending on optimistic concurrency: calls and completion time per
             jitter kind; full jitter needs less than half the calls of plain exponential.
 
-Output: --format table (default) or json; --plot FILE.svg or FILE.png draws the time
-series. JSON is one array of row objects; every row has \"scenario\", \"strategy\" (the
+Output: --format table (default) or json; --plot FILE.svg or FILE.png draws a figure that
+answers the scenario's question (the file is created before the run: a path that cannot be
+written is refused at once). JSON is one array of row objects; every row has \"scenario\", \"strategy\" (the
 row's backoff strategy, chain mode, budget kind or protection), \"label\", \"parameters\"
 (the run's flags, durations in seconds) and the row's figures under the names shown in
 each scenario's --help. Exit status: 0 ok, 1 I/O error, 2 bad input.";
@@ -44,6 +45,9 @@ client's k-th retry lands in the same instant, exponential only pushes the insta
 216), decorrelated spreads from the first retry on (about 73) but runs longest. Choose
 jitter whenever clients can fail together; full jitter unless a minimum gap is required.
 
+--plot: one panel per strategy on shared axes, retries per bin on a log scale, time up to
+where 95 % of every strategy's retries are sent.
+
 JSON keys per row: scenario, strategy, label, parameters, total_retries, peak_per_bin,
 peak_at_s, last_retry_s.";
 
@@ -60,6 +64,8 @@ only the lowest layer retries: about 1.1x).
 
 What the figures mean: retry at exactly one layer, and make the others fail fast and say
 so; a per-layer budget bounds each layer, not the chain.
+
+--plot: requests per entry request at each hop, per mode, on a log scale.
 
 JSON keys per row: scenario, strategy (the mode), label, parameters, requests_per_layer
 (entry first, service last), amplification_per_layer, amplification (service requests per
@@ -86,6 +92,8 @@ its success rate drops. Token buckets react in tens of milliseconds (seeds' vari
 for; the AWS quota lasts about a third of a second; a ratio budget settles near its percent
 of requests; a concurrency budget bounds retries in flight, not a rate.
 
+--plot: one panel per budget kind, retries per second with the drop marked.
+
 JSON keys per row: scenario, strategy (the budget kind), label, parameters, shutoff_ms
 (null when nothing was refused), retries_per_s_before, retries_per_s_after,
 retry_share_after, load_after, success_after, refused, retries_per_s (one value per bin).";
@@ -111,6 +119,8 @@ only the deadline recovers (a budget alone leaves the server working through sta
 queue); with --deadline 2s the jitter row stays stuck: jitter spreads load, it does not
 remove it.
 
+--plot: one panel per protection, goodput and offered load with the trigger shaded.
+
 JSON keys per row: scenario, strategy (the protection), label, parameters, goodput_before,
 offered_before, offered_peak, after_window_s, goodput_after, offered_after, latency_after_ms, recovered,
 recovery_s, wasted, expired, series (t_s, offered, goodput, latency_ms per bin).";
@@ -127,5 +137,7 @@ clients that collided keep colliding: at 100 clients plain exponential backoff n
 1850 writes and a minute; full jitter needs less than half the calls (about 875) and
 finishes in about 5 s; equal jitter needs as few calls but finishes later; decorrelated
 needs a few more calls and finishes as fast. Spread retries, do not just delay them.
+
+--plot: writes and time to finish per strategy (bars; lines over several --clients).
 
 JSON keys per row: scenario, strategy, label, parameters, clients, calls, completion_ms.";

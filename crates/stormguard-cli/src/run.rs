@@ -135,7 +135,7 @@ fn finish<R: Serialize>(
     plot: Option<plot::PlotFile>,
     rows: &[R],
     table: impl FnOnce() -> String,
-    chart: impl FnOnce() -> plot::Chart,
+    chart: impl FnOnce() -> plot::Figure,
 ) -> Result<String, Failure> {
     if let Some(file) = plot {
         let path = file.path().display().to_string();
