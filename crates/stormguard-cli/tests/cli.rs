@@ -41,6 +41,20 @@ fn temp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// Each `(arguments, flag)` exits with status 2, prints nothing on stdout, and names the flag.
+fn refused_naming_the_flag(cases: &[(&[&str], &str)]) {
+    for (args, flag) in cases {
+        let o = simulate(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(flag),
+            "{args:?}: message does not name {flag}: {err}"
+        );
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+}
+
 /// Small runs of every scenario, for the tests that go through all of them.
 const SMALL: [&[&str]; 5] = [
     &["storm"],
@@ -222,16 +236,7 @@ fn bad_input_names_the_flag_and_exits_2() {
         (&["occ", "--runs", "0"], "--runs"),
         (&["occ", "--clients", "0"], "--clients"),
     ];
-    for (args, flag) in cases {
-        let o = simulate(args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        let err = stderr(&o);
-        assert!(
-            err.contains(flag),
-            "{args:?}: message does not name {flag}: {err}"
-        );
-        assert!(o.stdout.is_empty(), "{args:?}");
-    }
+    refused_naming_the_flag(cases);
 }
 
 /// Flags that mean what a policy file's field means follow the file's rules, with the same
@@ -262,16 +267,7 @@ fn flags_follow_the_policy_files_rules_and_name_what_they_hold() {
         (&["storm", "--threads", "-1"], "--threads"),
         (&["storm", "--threads", "65"], "--threads"),
     ];
-    for (args, flag) in cases {
-        let o = simulate(args);
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert!(
-            err.contains(flag),
-            "{args:?}: message does not name {flag}: {err}"
-        );
-        assert!(o.stdout.is_empty(), "{args:?}");
-    }
+    refused_naming_the_flag(cases);
     let ok = json(&[
         "chain",
         "--rate",
