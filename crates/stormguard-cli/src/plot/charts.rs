@@ -16,7 +16,7 @@ use stormguard_sim::scenario::overload::{OverloadReport, Trigger};
 use stormguard_sim::scenario::storm::StormReport;
 
 use super::draw::number;
-use super::{Axis, Figure, Note, Panel, Rule, Series, Span, Style};
+use super::figure::{Axis, Figure, Note, Panel, Rule, Series, Span, Style};
 
 /// The storm's time axis ends where this share of every strategy's retries has been sent.
 const STORM_SHARE_SHOWN: f64 = 0.95;

@@ -7,7 +7,7 @@ use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{Axis, Figure, HEADER, Panel, Style};
+use super::figure::{Axis, Figure, HEADER, Panel, Style};
 
 /// Tableau 10: distinct on white, and readable by most colour-blind viewers.
 const PALETTE: [RGBColor; 10] = [

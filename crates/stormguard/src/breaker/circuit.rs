@@ -8,59 +8,17 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 
-use super::state::{CLOSED, Core, HALF_OPEN, NO_TOKEN, OPEN, PHASE_BITS, PHASE_MASK, Phase};
-use super::{
-    BreakerConfig, BreakerObserver, BreakerOpen, BreakerState, Cause, OwnedPermit, Permit,
-    Rejection, StateChange, Ticket,
+use super::config::BreakerConfig;
+use super::error::{BreakerOpen, Rejection};
+use super::events::{BreakerObserver, Cause, StateChange};
+use super::permit::{OwnedPermit, Permit, Ticket};
+use super::state::{
+    BreakerState, CLOSED, CircuitBreaker, Core, HALF_OPEN, NO_TOKEN, OPEN, PHASE_BITS, PHASE_MASK,
+    Phase,
 };
 use crate::classify::Outcome;
 use crate::clock::Clock;
 use crate::health::{HealthCounts, HealthWindow, InvalidConfig, Recorded};
-
-/// A circuit breaker over a (possibly shared) [`HealthWindow`].
-///
-/// `Send + Sync`; share it in an [`Arc`] between the callers of one downstream.
-///
-/// ```
-/// use std::time::Duration;
-/// use stormguard::breaker::{BreakerConfig, BreakerState, CircuitBreaker};
-/// use stormguard::classify::Outcome;
-/// use stormguard::clock::ManualClock;
-/// use stormguard::health::HealthConfig;
-///
-/// let clock = ManualClock::new();
-/// let config = BreakerConfig::new(HealthConfig::count(4))
-///     .with_minimum_throughput(4)
-///     .with_open_duration(Duration::from_secs(5))
-///     .with_permitted_probes(1);
-/// let breaker = CircuitBreaker::new(config, clock.clock()).unwrap();
-///
-/// for outcome in [Outcome::Success, Outcome::Retryable, Outcome::Success, Outcome::InDoubt] {
-///     let permit = breaker.try_acquire().unwrap();
-///     permit.record(outcome, Duration::from_millis(10));
-/// }
-/// // 2 failures in 4 calls: 50 % >= 50 %.
-/// assert_eq!(breaker.state(), BreakerState::Open);
-/// assert_eq!(breaker.try_acquire().unwrap_err().retry_after, Duration::from_secs(5));
-///
-/// clock.advance(Duration::from_secs(5));
-/// let probe = breaker.try_acquire().unwrap();
-/// assert!(probe.is_probe());
-/// probe.record(Outcome::Success, Duration::from_millis(10));
-/// assert_eq!(breaker.state(), BreakerState::Closed);
-/// ```
-#[derive(Debug)]
-pub struct CircuitBreaker<O = ()> {
-    config: BreakerConfig,
-    window: Arc<HealthWindow>,
-    /// `phase code | epoch << PHASE_BITS`, written under `core`'s lock, read without it.
-    state: AtomicU64,
-    /// The window version at which the closed state was last evaluated and found unable to
-    /// open on a healthy call, or [`NO_TOKEN`].
-    eval_token: AtomicU64,
-    core: Mutex<Core>,
-    observer: O,
-}
 
 impl CircuitBreaker {
     /// A breaker with its own window built from `config`, on `clock`, with an OS-seeded

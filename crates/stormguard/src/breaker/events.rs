@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{BreakerOpen, BreakerState};
+use super::error::BreakerOpen;
+use super::state::BreakerState;
 use crate::health::HealthCounts;
 
 /// Why the state changed.

@@ -77,14 +77,11 @@ mod events;
 mod permit;
 mod state;
 
-pub use circuit::CircuitBreaker;
 pub use config::{BreakerConfig, Comparison};
 pub use error::{BreakerOpen, Rejection};
 pub use events::{BreakerObserver, Cause, StateChange};
 pub use permit::{OwnedPermit, Permit};
-pub use state::BreakerState;
-
-use permit::Ticket;
+pub use state::{BreakerState, CircuitBreaker};
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{BreakerObserver, CircuitBreaker};
+use super::events::BreakerObserver;
+use super::state::CircuitBreaker;
 use crate::classify::Outcome;
 
 /// What a permit remembers: whether it is a probe, and of which half-open period.

@@ -1,7 +1,15 @@
-//! The breaker's state, and how it is kept: behind a mutex, with a lock-free mirror of the
-//! phase that a closed breaker's hot path reads with one atomic load.
+//! The breaker and its state, and how the state is kept: behind a mutex, with a lock-free
+//! mirror of the phase that a closed breaker's hot path reads with one atomic load. The state
+//! machine that moves it is in `circuit.rs`; the permits that hold a reference to the breaker
+//! are in `permit.rs`, and both build on the definitions here.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use rand::rngs::SmallRng;
+
+use super::config::BreakerConfig;
+use crate::health::HealthWindow;
 
 /// The breaker's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -66,4 +74,49 @@ pub(super) struct Core {
     /// Opens since the breaker last closed (drives growth).
     pub(super) consecutive_opens: u32,
     pub(super) rng: SmallRng,
+}
+
+/// A circuit breaker over a (possibly shared) [`HealthWindow`].
+///
+/// `Send + Sync`; share it in an [`Arc`] between the callers of one downstream.
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard::breaker::{BreakerConfig, BreakerState, CircuitBreaker};
+/// use stormguard::classify::Outcome;
+/// use stormguard::clock::ManualClock;
+/// use stormguard::health::HealthConfig;
+///
+/// let clock = ManualClock::new();
+/// let config = BreakerConfig::new(HealthConfig::count(4))
+///     .with_minimum_throughput(4)
+///     .with_open_duration(Duration::from_secs(5))
+///     .with_permitted_probes(1);
+/// let breaker = CircuitBreaker::new(config, clock.clock()).unwrap();
+///
+/// for outcome in [Outcome::Success, Outcome::Retryable, Outcome::Success, Outcome::InDoubt] {
+///     let permit = breaker.try_acquire().unwrap();
+///     permit.record(outcome, Duration::from_millis(10));
+/// }
+/// // 2 failures in 4 calls: 50 % >= 50 %.
+/// assert_eq!(breaker.state(), BreakerState::Open);
+/// assert_eq!(breaker.try_acquire().unwrap_err().retry_after, Duration::from_secs(5));
+///
+/// clock.advance(Duration::from_secs(5));
+/// let probe = breaker.try_acquire().unwrap();
+/// assert!(probe.is_probe());
+/// probe.record(Outcome::Success, Duration::from_millis(10));
+/// assert_eq!(breaker.state(), BreakerState::Closed);
+/// ```
+#[derive(Debug)]
+pub struct CircuitBreaker<O = ()> {
+    pub(super) config: BreakerConfig,
+    pub(super) window: Arc<HealthWindow>,
+    /// `phase code | epoch << PHASE_BITS`, written under `core`'s lock, read without it.
+    pub(super) state: AtomicU64,
+    /// The window version at which the closed state was last evaluated and found unable to
+    /// open on a healthy call, or [`NO_TOKEN`].
+    pub(super) eval_token: AtomicU64,
+    pub(super) core: Mutex<Core>,
+    pub(super) observer: O,
 }

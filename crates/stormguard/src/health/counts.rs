@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::HealthConfig;
+use super::config::HealthConfig;
 use crate::classify::Outcome;
 
 /// Totals over a window (or over one bucket of it).

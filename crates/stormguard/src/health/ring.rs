@@ -1,8 +1,7 @@
 //! The count-based window's storage: the last *N* calls in a ring, with running totals,
 //! behind one mutex (see the [module documentation](super#cost) for why).
 
-use super::HealthCounts;
-use super::counts::Call;
+use super::counts::{Call, HealthCounts};
 use super::latency;
 
 /// A count-based window: the last `calls` calls in a ring, with running totals.

@@ -26,8 +26,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use thread_local::ThreadLocal;
 
-use super::HealthCounts;
-use super::counts::{self, Call};
+use super::counts::{self, Call, HealthCounts};
 use super::latency::BUCKETS as LATENCY_BUCKETS;
 
 /// Bits of a tag that hold the bucket number; the generation is above them.

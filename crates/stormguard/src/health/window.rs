@@ -5,11 +5,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::counts::Call;
+use super::config::{HealthConfig, InvalidConfig, WindowKind};
+use super::counts::{Call, HealthCounts};
 use super::latency;
 use super::ring::Ring;
 use super::time::TimeStore;
-use super::{HealthConfig, HealthCounts, InvalidConfig, WindowKind};
 use crate::classify::Outcome;
 use crate::clock::{Clock, CoarseMillis};
 
