@@ -30,6 +30,7 @@ impl Ring {
     }
 
     /// Adds a call (evicting the oldest once full) and returns the new totals.
+    #[inline]
     pub(super) fn record(&mut self, call: Call, bucket: usize) -> HealthCounts {
         let Ring {
             calls,
