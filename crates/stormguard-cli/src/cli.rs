@@ -115,8 +115,13 @@ pub(crate) struct StormArgs {
         value_parser = parse::strategy
     )]
     strategy: Vec<Strategy>,
-    /// Threads sharing the clients (0: one per core). Does not change the figures.
-    #[arg(long, default_value_t = 0)]
+    /// Threads sharing the clients, 0..=64 (0: one per core). Does not change the figures.
+    #[arg(
+        long,
+        default_value_t = 0,
+        allow_negative_numbers = true,
+        value_parser = clap::builder::RangedI64ValueParser::<usize>::new().range(0..=64)
+    )]
     threads: usize,
     #[command(flatten)]
     pub(crate) out: Output,
@@ -173,9 +178,10 @@ pub(crate) struct ChainArgs {
     /// Backoff cap.
     #[arg(long, default_value = "1s", value_parser = parse::duration, allow_hyphen_values = true)]
     cap: Duration,
-    /// Ratio budget per layer in the budget modes (0.1 = 10 %).
+    /// Ratio budget per layer in the budget modes: retries as a fraction of requests, 0..=1
+    /// (0.1 = 10 %).
     #[arg(long, default_value_t = 0.1, allow_negative_numbers = true)]
-    budget_percent: f64,
+    retry_ratio: f64,
     /// Rows: comma-separated of every-layer, entry-only, budget, budget-nack [default: all
     /// four; the budget modes only up to 4 layers].
     #[arg(long, value_delimiter = ',', value_parser = parse::chain_mode)]
@@ -199,7 +205,7 @@ impl ChainArgs {
             latency: self.latency,
             base: self.base,
             cap: self.cap,
-            budget_percent: self.budget_percent,
+            retry_ratio: self.retry_ratio,
             modes,
             seed: self.out.seed,
         }
@@ -209,22 +215,23 @@ impl ChainArgs {
 /// The numbers budgets are built with.
 #[derive(Debug, Args)]
 pub(crate) struct BudgetFlags {
-    /// Token buckets (seeds, grpc): capacity.
+    /// Token buckets (seeds, grpc): capacity, 1..=1000.
     #[arg(long, default_value_t = 10, allow_negative_numbers = true)]
     max_tokens: u32,
-    /// Token buckets (seeds, grpc): tokens refunded per success.
+    /// Token buckets (seeds, grpc): tokens refunded per success, 0.001..=1.
     #[arg(long, default_value_t = 0.1, allow_negative_numbers = true)]
     token_ratio: f64,
-    /// Ratio budget: retries as a fraction of requests (0.2 = 20 %).
+    /// Ratio budget: retries as a fraction of requests, 0..=1 (0.2 = 20 %).
     #[arg(long, default_value_t = 0.2, allow_negative_numbers = true)]
-    retry_percent: f64,
-    /// Ratio budget: window.
+    retry_ratio: f64,
+    /// Ratio budget: window, 1s..=60s.
     #[arg(long, default_value = "10s", value_parser = parse::duration, allow_hyphen_values = true)]
     ttl: Duration,
     /// Ratio budget: retries per second always allowed.
     #[arg(long, default_value_t = 10, allow_negative_numbers = true)]
     min_retries_per_sec: u32,
-    /// Concurrency budget: retries in flight as a percentage of requests in flight.
+    /// Concurrency budget: retries in flight as a percentage of requests in flight, 0..=100
+    /// (20 = 20 %).
     #[arg(long, default_value_t = 20.0, allow_negative_numbers = true)]
     budget_percent: f64,
     /// Concurrency budget: retries in flight always allowed.
@@ -237,7 +244,7 @@ impl BudgetFlags {
         BudgetParams {
             max_tokens: self.max_tokens,
             token_ratio: self.token_ratio,
-            retry_percent: self.retry_percent,
+            retry_ratio: self.retry_ratio,
             ttl: self.ttl,
             min_retries_per_sec: self.min_retries_per_sec,
             budget_percent: self.budget_percent,
@@ -359,7 +366,8 @@ pub(crate) struct OverloadArgs {
     /// The caller's deadline (jitter-deadline, all).
     #[arg(long, default_value = "1s", value_parser = parse::duration, allow_hyphen_values = true)]
     deadline: Duration,
-    /// Minimum useful call time: no retry with less left (jitter-deadline, all).
+    /// Minimum useful call time: no retry with less left (jitter-deadline, all); shorter
+    /// than --deadline.
     #[arg(long, default_value = "50ms", value_parser = parse::duration, allow_hyphen_values = true)]
     min_call: Duration,
     /// Backoff base (jitter-deadline, all; exponential, full jitter).

@@ -23,8 +23,9 @@ are deterministic: the same --seed prints the same bytes.
   occ       clients contending on optimistic concurrency: calls and completion time per
             jitter kind; full jitter needs less than half the calls of plain exponential.
 
-Output: --format table (default) or json; --plot FILE.svg or FILE.png draws the time
-series. JSON is one array of row objects; every row has \"scenario\", \"strategy\" (the
+Output: --format table (default) or json; --plot FILE.svg or FILE.png draws a figure that
+answers the scenario's question (the file is created before the run: a path that cannot be
+written is refused at once). JSON is one array of row objects; every row has \"scenario\", \"strategy\" (the
 row's backoff strategy, chain mode, budget kind or protection), \"label\", \"parameters\"
 (the run's flags, durations in seconds) and the row's figures under the names shown in
 each scenario's --help. Exit status: 0 ok, 1 I/O error, 2 bad input.";
@@ -44,6 +45,9 @@ client's k-th retry lands in the same instant, exponential only pushes the insta
 216), decorrelated spreads from the first retry on (about 73) but runs longest. Choose
 jitter whenever clients can fail together; full jitter unless a minimum gap is required.
 
+--plot: one panel per strategy on shared axes, retries per bin on a log scale, time up to
+where 95 % of every strategy's retries are sent.
+
 JSON keys per row: scenario, strategy, label, parameters, total_retries, peak_per_bin,
 peak_at_s, last_retry_s.";
 
@@ -53,13 +57,15 @@ L layers call each other (entry first); the last calls a service that fails each
 with probability --fail-prob (1.0: down). Each layer retries its call up to r times, so
 when the service is down it sees the product of (1 + r_i): 27x for 3 layers x 2 retries,
 64x for 3 x 3, 243x for 5 layers x 3 tries. Modes: every-layer; entry-only (only the entry
-retries: 1 + r); budget (every layer retries within its own ratio budget of
---budget-percent of requests — each layer adds about 10 % but they compound, about 1.1^L);
+retries: 1 + r); budget (every layer retries within its own ratio budget of --retry-ratio
+of requests, a fraction — each layer adds about 10 % but they compound, about 1.1^L);
 budget-nack (the same, and a layer that gave up after retrying answers 'don't retry', so
 only the lowest layer retries: about 1.1x).
 
 What the figures mean: retry at exactly one layer, and make the others fail fast and say
 so; a per-layer budget bounds each layer, not the chain.
+
+--plot: requests per entry request at each hop, per mode, on a log scale.
 
 JSON keys per row: scenario, strategy (the mode), label, parameters, requests_per_layer
 (entry first, service last), amplification_per_layer, amplification (service requests per
@@ -72,8 +78,11 @@ probability --before until --step-at, then --after. Each request may retry --ret
 (exponential backoff from --base, full jitter), within the budget under test shared by
 all: none, seeds (a retry spends 1 token, a success refunds --token-ratio, allowed while at
 least 1 token), grpc (gRPC A6: a failure costs 1, allowed above --max-tokens/2), aws (500
-tokens, 5 per retry), ratio (Finagle: --retry-percent of requests over --ttl plus
---min-retries-per-sec), concurrency (Envoy: --budget-percent of requests in flight).
+tokens, 5 per retry), ratio (Finagle: --retry-ratio of requests, a fraction, over --ttl
+plus --min-retries-per-sec), concurrency (Envoy: --budget-percent of requests in flight, a
+percentage). The numbers follow the policy file's rules (the budgets' own constructors
+check both), whichever kinds run: --token-ratio 0.001..=1, --retry-ratio 0..=1,
+--budget-percent 0..=100, --max-tokens 1..=1000, --ttl 1s..=60s.
 Failures are spread evenly by default, as in the seeds' arithmetic (--failures random
 draws them).
 
@@ -82,6 +91,8 @@ its success rate drops. Token buckets react in tens of milliseconds (seeds' vari
 20 ms, gRPC about 11 ms at 1000 req/s and 50 %) and then pin retries to what successes pay
 for; the AWS quota lasts about a third of a second; a ratio budget settles near its percent
 of requests; a concurrency budget bounds retries in flight, not a rate.
+
+--plot: one panel per budget kind, retries per second with the drop marked.
 
 JSON keys per row: scenario, strategy (the budget kind), label, parameters, shutoff_ms
 (null when nothing was refused), retries_per_s_before, retries_per_s_after,
@@ -108,6 +119,8 @@ only the deadline recovers (a budget alone leaves the server working through sta
 queue); with --deadline 2s the jitter row stays stuck: jitter spreads load, it does not
 remove it.
 
+--plot: one panel per protection, goodput and offered load with the trigger shaded.
+
 JSON keys per row: scenario, strategy (the protection), label, parameters, goodput_before,
 offered_before, offered_peak, after_window_s, goodput_after, offered_after, latency_after_ms, recovered,
 recovery_s, wasted, expired, series (t_s, offered, goodput, latency_ms per bin).";
@@ -124,5 +137,7 @@ clients that collided keep colliding: at 100 clients plain exponential backoff n
 1850 writes and a minute; full jitter needs less than half the calls (about 875) and
 finishes in about 5 s; equal jitter needs as few calls but finishes later; decorrelated
 needs a few more calls and finishes as fast. Spread retries, do not just delay them.
+
+--plot: writes and time to finish per strategy (bars; lines over several --clients).
 
 JSON keys per row: scenario, strategy, label, parameters, clients, calls, completion_ms.";

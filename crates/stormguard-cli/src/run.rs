@@ -1,7 +1,6 @@
 //! Runs a parsed command: validate, simulate, render, plot.
 
 use std::fmt;
-use std::path::Path;
 
 use serde::Serialize;
 use stormguard_sim::InvalidParam;
@@ -52,6 +51,10 @@ impl From<InvalidParam> for Failure {
 }
 
 /// Runs `cli` and returns what to print on stdout.
+///
+/// Every scenario goes the same way: its parameters are checked, then the plot file is
+/// created (so a bad `--plot` is refused before a long run, not after it), then the
+/// simulation runs and its output is rendered.
 pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
     let scenario = match cli.command {
         Command::Simulate { scenario } => scenario,
@@ -60,28 +63,51 @@ pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
     match scenario {
         Scenario::Storm(a) => {
             let cfg = a.config();
-            check_plot(&a.out)?;
+            cfg.validate()?;
+            let plot = open_plot(&a.out)?;
             let r = storm::run(&cfg, &mut Bar::new("storm"))?;
-            finish(&a.out, &r.rows, || render::storm(&r), || plot::storm(&r))
+            finish(
+                &a.out,
+                plot,
+                &r.rows,
+                || render::storm(&r),
+                || plot::storm(&r),
+            )
         }
         Scenario::Chain(a) => {
             let cfg = a.config();
-            check_plot(&a.out)?;
+            cfg.validate()?;
+            let plot = open_plot(&a.out)?;
             let r = chain::run(&cfg, &mut Bar::new("chain"))?;
-            finish(&a.out, &r.rows, || render::chain(&r), || plot::chain(&r))
+            finish(
+                &a.out,
+                plot,
+                &r.rows,
+                || render::chain(&r),
+                || plot::chain(&r),
+            )
         }
         Scenario::Budget(a) => {
             let cfg = a.config();
-            check_plot(&a.out)?;
+            cfg.validate()?;
+            let plot = open_plot(&a.out)?;
             let r = budget::run(&cfg, &mut Bar::new("budget"))?;
-            finish(&a.out, &r.rows, || render::budget(&r), || plot::budget(&r))
+            finish(
+                &a.out,
+                plot,
+                &r.rows,
+                || render::budget(&r),
+                || plot::budget(&r),
+            )
         }
         Scenario::Overload(a) => {
             let cfg = a.config();
-            check_plot(&a.out)?;
+            cfg.validate()?;
+            let plot = open_plot(&a.out)?;
             let r = overload::run(&cfg, &mut Bar::new("overload"))?;
             finish(
                 &a.out,
+                plot,
                 &r.rows,
                 || render::overload(&r),
                 || plot::overload(&r),
@@ -89,32 +115,36 @@ pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
         }
         Scenario::Occ(a) => {
             let cfg = a.config();
-            check_plot(&a.out)?;
+            cfg.validate()?;
+            let plot = open_plot(&a.out)?;
             let r = occ::run(&cfg, &mut Bar::new("occ"))?;
-            finish(&a.out, &r.rows, || render::occ(&r), || plot::occ(&r))
+            finish(&a.out, plot, &r.rows, || render::occ(&r), || plot::occ(&r))
         }
     }
 }
 
-/// Refuses a plot file of an unknown kind before anything runs.
-fn check_plot(out: &Output) -> Result<(), Failure> {
-    match &out.plot {
-        Some(path) => plot::kind_of(path)
-            .map(|_| ())
-            .map_err(|e| Failure::Usage(format!("invalid value for --plot: {e}"))),
-        None => Ok(()),
-    }
+/// Creates the `--plot` file, if one was asked for: a name of an unknown kind, a missing
+/// directory or a file that cannot be written is bad input, refused before anything runs.
+fn open_plot(out: &Output) -> Result<Option<plot::PlotFile>, Failure> {
+    out.plot
+        .as_deref()
+        .map(plot::PlotFile::create)
+        .transpose()
+        .map_err(|e| Failure::Usage(format!("invalid value for --plot: {e}")))
 }
 
 /// Draws the plot if asked, and renders the rows as a table or JSON.
 fn finish<R: Serialize>(
     out: &Output,
+    plot: Option<plot::PlotFile>,
     rows: &[R],
     table: impl FnOnce() -> String,
-    chart: impl FnOnce() -> plot::Chart,
+    chart: impl FnOnce() -> plot::Figure,
 ) -> Result<String, Failure> {
-    if let Some(path) = &out.plot {
-        draw(&chart(), path)?;
+    if let Some(file) = plot {
+        let path = file.path().display().to_string();
+        file.draw(&chart())
+            .map_err(|e| Failure::Io(format!("--plot {path}: {e}")))?;
     }
     match out.format {
         Format::Table => Ok(table()),
@@ -122,8 +152,4 @@ fn finish<R: Serialize>(
             .map(|s| s + "\n")
             .map_err(|e| Failure::Io(format!("JSON encoding failed: {e}"))),
     }
-}
-
-fn draw(chart: &plot::Chart, path: &Path) -> Result<(), Failure> {
-    plot::draw(chart, path).map_err(|e| Failure::Io(format!("--plot {}: {e}", path.display())))
 }

@@ -41,6 +41,20 @@ fn temp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// Each `(arguments, flag)` exits with status 2, prints nothing on stdout, and names the flag.
+fn refused_naming_the_flag(cases: &[(&[&str], &str)]) {
+    for (args, flag) in cases {
+        let o = simulate(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(flag),
+            "{args:?}: message does not name {flag}: {err}"
+        );
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+}
+
 /// Small runs of every scenario, for the tests that go through all of them.
 const SMALL: [&[&str]; 5] = [
     &["storm"],
@@ -222,16 +236,83 @@ fn bad_input_names_the_flag_and_exits_2() {
         (&["occ", "--runs", "0"], "--runs"),
         (&["occ", "--clients", "0"], "--clients"),
     ];
-    for (args, flag) in cases {
-        let o = simulate(args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    refused_naming_the_flag(cases);
+}
+
+/// Flags that mean what a policy file's field means follow the file's rules, with the same
+/// function deciding; flag names say whether they hold a fraction or a percentage.
+#[test]
+fn flags_follow_the_policy_files_rules_and_name_what_they_hold() {
+    let cases: &[(&[&str], &str)] = &[
+        // A token ratio above 1 (the file allows 0.001..=1), whichever budgets run.
+        (&["budget", "--token-ratio", "5"], "--token-ratio"),
+        (
+            &["budget", "--budget", "ratio", "--token-ratio", "5"],
+            "--token-ratio",
+        ),
+        (&["overload", "--token-ratio", "5"], "--token-ratio"),
+        // `--retry-percent 20` meant 2000 %; the flag is now --retry-ratio, a fraction.
+        (&["budget", "--retry-percent", "20"], "--retry-percent"),
+        (&["budget", "--retry-ratio", "20"], "--retry-ratio"),
+        (&["budget", "--retry-ratio", "1.5"], "--retry-ratio"),
+        // `chain --budget-percent 10` was a fraction: 1000 %, no budget at all.
+        (&["chain", "--budget-percent", "10"], "--budget-percent"),
+        (&["chain", "--retry-ratio", "10"], "--retry-ratio"),
+        // A minimum call no shorter than the deadline: no retry can ever fit.
+        (
+            &["overload", "--min-call", "5s", "--deadline", "1s"],
+            "--min-call",
+        ),
+        (&["overload", "--min-call", "1s"], "--min-call"),
+        (&["storm", "--threads", "-1"], "--threads"),
+        (&["storm", "--threads", "65"], "--threads"),
+    ];
+    refused_naming_the_flag(cases);
+    let ok = json(&[
+        "chain",
+        "--rate",
+        "100",
+        "--mode",
+        "budget",
+        "--retry-ratio",
+        "0.5",
+    ]);
+    assert_eq!(ok[0]["parameters"]["retry_ratio"], 0.5);
+}
+
+/// A plot path that cannot be written is bad input, refused before the simulation runs
+/// (exit 2, not an I/O failure after the whole run), with a message for people.
+#[test]
+fn the_plot_path_is_checked_before_anything_runs() {
+    let missing = temp("no-such-dir").join("x");
+    for ext in ["svg", "png"] {
+        let path = missing.with_extension(ext);
+        let o = simulate(&["storm", "--plot", path.to_str().expect("UTF-8 path")]);
         let err = stderr(&o);
-        assert!(
-            err.contains(flag),
-            "{args:?}: message does not name {flag}: {err}"
-        );
-        assert!(o.stdout.is_empty(), "{args:?}");
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("--plot"), "{err}");
+        assert!(err.contains("No such file or directory"), "{err}");
+        for debug in ["IoError", "Os {", "kind:", "drawing failed"] {
+            assert!(!err.contains(debug), "debug text in {err}");
+        }
+        assert!(o.stdout.is_empty());
     }
+    let dir = temp("a-directory.svg");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let o = simulate(&["storm", "--plot", dir.to_str().expect("UTF-8 path")]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--plot"));
+    // A run refused for another reason leaves no plot file behind.
+    let never = temp("never.svg");
+    let o = simulate(&[
+        "storm",
+        "--clients",
+        "0",
+        "--plot",
+        never.to_str().expect("UTF-8"),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!never.exists());
 }
 
 #[test]

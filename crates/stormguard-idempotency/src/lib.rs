@@ -8,9 +8,32 @@
 //! | feature | store | for |
 //! | --- | --- | --- |
 //! | `sqlite` (default) | [`SqliteStore`](store::sqlite::SqliteStore) | one instance; embedded, WAL, file or memory |
-//! | `postgres` | [`PostgresStore`](store::postgres::PostgresStore) | several instances |
-//! | `mysql` | [`MySqlStore`](store::mysql::MySqlStore) | several instances (MySQL and MariaDB) |
-//! | `redis` | [`RedisStore`](store::redis::RedisStore) | several instances; `SET NX PX` + Lua compare-and-complete |
+// A store's name links to it only when its feature compiles it (a link to an item that is not
+// there breaks `cargo doc` without that feature).
+#![cfg_attr(
+    feature = "postgres",
+    doc = "| `postgres` | [`PostgresStore`](store::postgres::PostgresStore) | several instances |"
+)]
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "| `postgres` | `PostgresStore` | several instances |"
+)]
+#![cfg_attr(
+    feature = "mysql",
+    doc = "| `mysql` | [`MySqlStore`](store::mysql::MySqlStore) | several instances (MySQL and MariaDB) |"
+)]
+#![cfg_attr(
+    not(feature = "mysql"),
+    doc = "| `mysql` | `MySqlStore` | several instances (MySQL and MariaDB) |"
+)]
+#![cfg_attr(
+    feature = "redis",
+    doc = "| `redis` | [`RedisStore`](store::redis::RedisStore) | several instances; `SET NX PX` + Lua compare-and-complete |"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "| `redis` | `RedisStore` | several instances; `SET NX PX` + Lua compare-and-complete |"
+)]
 //!
 //! # What the layer does
 //!

@@ -40,7 +40,7 @@ pub struct BudgetParams {
     /// Token buckets (seeds, gRPC): refund per success.
     pub token_ratio: f64,
     /// Ratio budget: retries as a fraction of requests (0.2 = 20 %).
-    pub retry_percent: f64,
+    pub retry_ratio: f64,
     /// Ratio budget: window length.
     #[serde(with = "crate::report::seconds")]
     pub ttl: Duration,
@@ -59,12 +59,33 @@ impl Default for BudgetParams {
         BudgetParams {
             max_tokens: 10,
             token_ratio: 0.1,
-            retry_percent: 0.2,
+            retry_ratio: 0.2,
             ttl: Duration::from_secs(10),
             min_retries_per_sec: 10,
             budget_percent: 20.0,
             min_retry_concurrency: 3,
         }
+    }
+}
+
+impl BudgetParams {
+    /// Checks every number with the core's rules, whichever kinds will be built: each kind's
+    /// constructor is the one place a rule lives, for the policy file and the command line
+    /// alike. The error names the flag.
+    ///
+    /// ```
+    /// use stormguard_sim::budgets::BudgetParams;
+    ///
+    /// let percent_for_fraction = BudgetParams { token_ratio: 5.0, ..BudgetParams::default() };
+    /// assert_eq!(percent_for_fraction.validate().unwrap_err().flag, "token-ratio");
+    /// ```
+    pub fn validate(&self) -> Result<(), crate::error::InvalidParam> {
+        let clock = crate::vclock::VirtualClock::new();
+        for kind in BudgetKind::ALL {
+            kind.build(self, clock.clock())
+                .map_err(|e| invalid_budget(&e))?;
+        }
+        Ok(())
     }
 }
 
@@ -136,7 +157,7 @@ impl BudgetKind {
             BudgetKind::Grpc => Box::new(TokenBucket::grpc(p.max_tokens, p.token_ratio)?),
             BudgetKind::Aws => Box::new(TokenBucket::aws_standard()),
             BudgetKind::Ratio => Box::new(RatioBudget::new(
-                p.retry_percent,
+                p.retry_ratio,
                 p.ttl,
                 p.min_retries_per_sec,
                 clock,
@@ -160,7 +181,7 @@ pub(crate) fn invalid_budget(e: &InvalidBudget) -> crate::error::InvalidParam {
     let flag = match e {
         InvalidBudget::MaxTokens(_) => "max-tokens",
         InvalidBudget::TokenRatio(_) => "token-ratio",
-        InvalidBudget::RetryPercent(_) => "retry-percent",
+        InvalidBudget::RetryRatio(_) => "retry-ratio",
         InvalidBudget::Ttl(_) => "ttl",
         InvalidBudget::BudgetPercent(_) => "budget-percent",
     };

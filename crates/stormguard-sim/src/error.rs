@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use stormguard::backoff::Backoff;
+
 use crate::time::{Nanos, nanos};
 
 /// The longest duration any parameter may have: a day. Longer values are almost always a unit
@@ -53,6 +55,19 @@ pub fn bounded_duration(flag: &'static str, d: Duration) -> Result<Nanos, Invali
         ));
     }
     Ok(nanos(d))
+}
+
+/// Checks a backoff's base and cap: each above zero and at most [`MAX_DURATION`], and the cap
+/// not below the base by the core's own rule ([`Backoff::validate`], the one a policy file's
+/// backoff passes too).
+pub fn backoff_range(base: Duration, cap: Duration) -> Result<(), InvalidParam> {
+    positive_duration("base", base)?;
+    positive_duration("cap", cap)?;
+    Backoff::exponential(base)
+        .with_cap(cap)
+        .validate()
+        .map(drop)
+        .map_err(|e| InvalidParam::new("cap", e.to_string()))
 }
 
 /// Checks that `x` is a finite number in `lo..=hi`.
@@ -118,6 +133,16 @@ mod tests {
         );
         assert!(bin_width(Duration::from_nanos(1), 1_000_000_000_000).is_err());
         assert!(in_range("p", f64::NAN, 0.0, 1.0).is_err());
+        let e = backoff_range(Duration::from_secs(1), Duration::from_millis(100))
+            .expect_err("cap below base");
+        assert_eq!(e.flag, "cap");
+        assert!(e.reason.contains("below its base"), "{e}");
+        assert_eq!(
+            backoff_range(Duration::ZERO, Duration::from_secs(1))
+                .expect_err("zero base")
+                .flag,
+            "base"
+        );
         assert_eq!(in_range("p", 0.5, 0.0, 1.0), Ok(0.5));
     }
 }

@@ -100,4 +100,11 @@ fn refusals_name_the_flag() {
     let mut params = d();
     params.budget.max_tokens = 0;
     assert_eq!(bad(params), "max-tokens");
+    let mut params = d();
+    params.budget.token_ratio = 5.0;
+    assert_eq!(bad(params), "token-ratio");
+    let mut params = d();
+    params.kinds = vec![BudgetKind::None];
+    params.budget.retry_ratio = 20.0;
+    assert_eq!(bad(params), "retry-ratio");
 }

@@ -134,6 +134,14 @@ fn refusals_name_the_flag() {
         "fail-prob"
     );
     assert_eq!(bad(ChainConfig { rate: -1.0, ..d() }), "rate");
+    // A fraction: 10 would be 1000 % (no budget at all), as the core's ratio budget says.
+    assert_eq!(
+        bad(ChainConfig {
+            retry_ratio: 10.0,
+            ..d()
+        }),
+        "retry-ratio"
+    );
     assert_eq!(
         bad(ChainConfig {
             layers: 16,

@@ -142,4 +142,24 @@ fn refusals_name_the_flag() {
         }),
         "bin"
     );
+    // No retry can fit in a deadline that is no longer than the minimum call.
+    assert_eq!(
+        bad(OverloadConfig {
+            min_call: Duration::from_secs(5),
+            deadline: Duration::from_secs(1),
+            ..d()
+        }),
+        "min-call"
+    );
+    assert_eq!(
+        bad(OverloadConfig {
+            min_call: Duration::from_secs(1),
+            ..d()
+        }),
+        "min-call"
+    );
+    // Every budget number is checked, also those of kinds the run does not build.
+    let mut params = d();
+    params.budget_params.retry_ratio = 20.0;
+    assert_eq!(bad(params), "retry-ratio");
 }

@@ -47,7 +47,7 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
 }
 
 /// Sends `REQUESTS` requests through a hedger and prints one table row.
-async fn row(label: &str, delay: Option<Duration>, budget_percent: f64) {
+async fn row(label: &str, delay: Option<Duration>, retry_ratio: f64) {
     let faults = FaultInjector::new(FaultConfig::new(SEED).with_latency(
         1.0,
         Latency::Bimodal {
@@ -57,7 +57,7 @@ async fn row(label: &str, delay: Option<Duration>, budget_percent: f64) {
         },
     ))
     .expect("valid fault config");
-    let budget = RatioBudget::new(budget_percent, Duration::from_secs(10), 0, Clock::tokio())
+    let budget = RatioBudget::new(retry_ratio, Duration::from_secs(10), 0, Clock::tokio())
         .expect("valid budget");
     let load = Arc::new(Load::default());
     let policy = HedgePolicy::new(3, HedgeDelay::Fixed(delay.unwrap_or(Duration::ZERO)))

@@ -16,7 +16,7 @@
 //!   in-flight record it does not hold.
 //! - **retention**: every write sets `PX` to the time left until the record's retention ends,
 //!   so Redis drops it by itself; the scripts also compare the stored times with the caller's
-//!   clock, so leases and expiry follow the layer's [`WallClock`](crate::WallClock) (and a
+//!   clock, so leases and expiry follow the layer's [`WallClock`](stormguard::deadline::WallClock) (and a
 //!   manual clock in tests). [`reap`](crate::Store::reap) walks the key space with `SCAN` in
 //!   bounded steps and deletes records that are logically expired but not yet dropped.
 

@@ -146,11 +146,7 @@ impl BudgetConfig {
         if self.retries > 100 {
             return Err(InvalidParam::new("retries", "at most 100"));
         }
-        error::positive_duration("base", self.base)?;
-        error::positive_duration("cap", self.cap)?;
-        if self.cap < self.base {
-            return Err(InvalidParam::new("cap", "must not be below the base"));
-        }
+        error::backoff_range(self.base, self.cap)?;
         error::bin_width(self.bin, duration)?;
         error::non_empty("budget", &self.kinds)?;
         if self.rate * self.duration.as_secs_f64() > 1e8 {
@@ -159,11 +155,7 @@ impl BudgetConfig {
                 "more than 100 million requests: shorten the run or lower the rate",
             ));
         }
-        for kind in &self.kinds {
-            kind.build(&self.budget, VirtualClock::new().clock())
-                .map_err(|e| invalid_budget(&e))?;
-        }
-        Ok(())
+        self.budget.validate()
     }
 }
 

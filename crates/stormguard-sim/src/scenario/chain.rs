@@ -11,7 +11,7 @@
 //! - `every-layer`: every layer retries, no budget — the multiplication above;
 //! - `entry-only`: only the entry layer retries ("only one layer of a chain retries") — 1 + r;
 //! - `budget`: every layer retries, each with its own ratio budget (Google SRE's per-client
-//!   budget: retries ≤ `budget-percent` of requests, 10 % by default, no reserve). Each layer
+//!   budget: retries ≤ `retry-ratio` of requests, 10 % by default, no reserve). Each layer
 //!   adds at most 10 %, but the budgets compound: about 1.1^L at the bottom;
 //! - `budget-nack`: the same, and a layer that gives up after retrying answers "already
 //!   retried, don't retry" (`X-Retry-Exhausted`, Finagle's non-retryable nack), which the
@@ -28,6 +28,7 @@ use rand::rngs::SmallRng;
 use serde::Serialize;
 use stormguard::budget::{RatioBudget, RetryBudget, Unlimited};
 use stormguard::classify::Outcome;
+use stormguard::clock::Clock;
 use stormguard::retry::{Decision, RetryPolicy, RetryRun, StopReason};
 
 use crate::error::{self, InvalidParam};
@@ -117,8 +118,9 @@ pub struct ChainConfig {
     /// Backoff cap.
     #[serde(with = "crate::report::seconds")]
     pub cap: Duration,
-    /// Ratio budget per layer in the budget modes (0.1 = 10 % of requests).
-    pub budget_percent: f64,
+    /// Ratio budget per layer in the budget modes: retries as a fraction of requests (0.1 =
+    /// 10 %; 0..=1, the core's rule).
+    pub retry_ratio: f64,
     /// Rows of the table.
     #[serde(skip)]
     pub modes: Vec<ChainMode>,
@@ -139,7 +141,7 @@ impl Default for ChainConfig {
             latency: Duration::from_millis(1),
             base: Duration::from_millis(10),
             cap: Duration::from_secs(1),
-            budget_percent: 0.1,
+            retry_ratio: 0.1,
             modes: ChainMode::ALL.to_vec(),
             seed: 42,
         }
@@ -205,12 +207,8 @@ impl ChainConfig {
         }
         error::in_range("fail-prob", self.fail_prob, 0.0, 1.0)?;
         error::bounded_duration("latency", self.latency)?;
-        error::positive_duration("base", self.base)?;
-        error::positive_duration("cap", self.cap)?;
-        if self.cap < self.base {
-            return Err(InvalidParam::new("cap", "must not be below the base"));
-        }
-        error::in_range("budget-percent", self.budget_percent, 0.0, 10.0)?;
+        error::backoff_range(self.base, self.cap)?;
+        layer_budget(self, VirtualClock::new().clock())?;
         error::non_empty("mode", &self.modes)?;
         if self.entries() as f64 * self.worst_case_amplification() > MAX_WORK {
             return Err(InvalidParam::new(
@@ -316,6 +314,13 @@ struct World<'p> {
     latency: Nanos,
 }
 
+/// One layer's ratio budget: `retry_ratio` of its requests over 10 s, no reserve (the core's
+/// rules; the error names `--retry-ratio`).
+fn layer_budget(cfg: &ChainConfig, clock: Clock) -> Result<RatioBudget, InvalidParam> {
+    RatioBudget::new(cfg.retry_ratio, Duration::from_secs(10), 0, clock)
+        .map_err(|e| InvalidParam::new("retry-ratio", e.to_string()))
+}
+
 fn run_mode(
     cfg: &ChainConfig,
     mode: ChainMode,
@@ -342,14 +347,7 @@ fn run_mode(
     let budgets: Vec<Box<dyn RetryBudget>> = (0..layers)
         .map(|_| -> Result<Box<dyn RetryBudget>, InvalidParam> {
             if mode.budgeted() {
-                let b = RatioBudget::new(
-                    cfg.budget_percent,
-                    Duration::from_secs(10),
-                    0,
-                    vclock.clock(),
-                )
-                .map_err(|e| InvalidParam::new("budget-percent", e.to_string()))?;
-                Ok(Box::new(b))
+                Ok(Box::new(layer_budget(cfg, vclock.clock())?))
             } else {
                 Ok(Box::new(Unlimited))
             }

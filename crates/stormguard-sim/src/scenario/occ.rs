@@ -102,11 +102,7 @@ impl OccConfig {
         if self.runs == 0 || self.runs > 100_000 {
             return Err(InvalidParam::new("runs", "must be between 1 and 100000"));
         }
-        error::positive_duration("base", self.base)?;
-        error::positive_duration("cap", self.cap)?;
-        if self.cap < self.base {
-            return Err(InvalidParam::new("cap", "must not be below the base"));
-        }
+        error::backoff_range(self.base, self.cap)?;
         error::bounded_duration("delay", self.delay)?;
         error::bounded_duration("delay-sd", self.delay_sd)?;
         error::non_empty("strategy", &self.strategies)?;

@@ -120,14 +120,7 @@ impl StormConfig {
                 format!("must be between 1 and {MAX_RETRIES}"),
             ));
         }
-        error::positive_duration("base", self.base)?;
-        error::positive_duration("cap", self.cap)?;
-        if self.cap < self.base {
-            return Err(InvalidParam::new(
-                "cap",
-                format!("{:?} is below the base ({:?})", self.cap, self.base),
-            ));
-        }
+        error::backoff_range(self.base, self.cap)?;
         error::non_empty("strategy", &self.strategies)?;
         error::bin_width(self.bin, self.horizon())?;
         Ok(())

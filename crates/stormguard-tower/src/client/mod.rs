@@ -9,7 +9,7 @@
 //! failed attempts and reads the mark as "not a failure"); a per-try timeout that is not
 //! handed downstream leaves the downstream working for a caller that gave up. [`ClientLayer`]
 //! puts them in the one order in which they work, driven by one
-//! [`EndpointPolicy`](stormguard::policy::EndpointPolicy) per endpoint, outermost first:
+//! [`EndpointPolicy`] per endpoint, outermost first:
 //!
 //! 1. **the call's deadline** — the earlier of the caller's (the task's current deadline,
 //!    a [`Deadline`](stormguard::deadline::Deadline) in the request's extensions, a deadline
@@ -25,11 +25,11 @@
 //! 6. **the transport** (a hyper client, a tonic channel, any `http` service).
 //!
 //! Refusals — breaker open, throttled, budget empty, deadline too close — are typed
-//! ([`Error::Refused`], [`StopReason`](stormguard::retry::StopReason)), stop the retry loop,
+//! ([`Error::Refused`], [`StopReason`]), stop the retry loop,
 //! and the failure the stack gives up on is marked `X-Retry-Exhausted: true` so that nobody
 //! upstream retries it again. When the stack gives up, a [`Fallback`] can answer instead (a
 //! cache, an alternate upstream), with the reason recorded. Every attempt, retry, refusal,
-//! breaker transition, hedge and fallback is reported to one [`Observer`](crate::observe::Observer).
+//! breaker transition, hedge and fallback is reported to one [`Observer`].
 //!
 //! The policies are live ([`ClientLayer::policies`]): a swap takes effect for the next call,
 //! keeps each endpoint's budget, breaker and throttle when their configuration is unchanged,

@@ -21,7 +21,7 @@ use http::Method;
 pub const DEFAULT_ROUTE: &str = "default";
 
 /// Which requests a route applies to: a method (or any) and an exact path or a path prefix;
-/// see [the module docs](self#route-names) for the syntax.
+/// see [`RoutePattern`] for the syntax.
 ///
 /// ```
 /// use http::Method;

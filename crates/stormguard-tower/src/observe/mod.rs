@@ -46,7 +46,7 @@
 //! `endpoint`: requests by `outcome` (the stop reason), attempts, retries by `reason`,
 //! refusals by `by` (budget, circuit_open, throttled, deadline_too_close), breaker state and
 //! transitions, hedges sent/won/cancelled, fallbacks, and the attempt-duration and
-//! retry-delay histograms (seconds). Call [`describe_metrics`] once to give them units and
+//! retry-delay histograms (seconds). Call `describe_metrics()` (feature `metrics`) once to give them units and
 //! help texts.
 //!
 //! # Log lines (`json-log`)

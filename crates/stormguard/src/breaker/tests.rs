@@ -1,7 +1,11 @@
 use super::*;
-use crate::clock::ManualClock;
+use crate::classify::Outcome;
+use crate::clock::{Clock, ManualClock};
+use crate::health::{HealthConfig, HealthWindow, WindowKind};
 use proptest::prelude::*;
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 const MS: Duration = Duration::from_millis(1);
 

@@ -88,22 +88,38 @@ pub struct BudgetExhausted {
 }
 
 /// Why a budget's parameters were refused.
+///
+/// These are the rules of every way a budget is configured — a policy file, the
+/// `stormguard` command line, code — because each of them builds the budget with these
+/// constructors. Each variant is named after the field it refuses (the policy file's name for
+/// it; the command line spells it with dashes).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum InvalidBudget {
     /// gRPC A6 requires `maxTokens` in 1..=1000.
     #[error("max_tokens must be in 1..=1000, got {0}")]
     MaxTokens(u32),
-    /// A token ratio must be a finite number of at least 0.001 (three decimals are kept).
-    #[error("token_ratio must be a finite number >= 0.001, got {0}")]
+    /// A token ratio must be a finite number in 0.001..=1 (three decimals are kept).
+    ///
+    /// gRPC A6 sets no upper bound; this crate does. A bucket that loses 1 per failure and
+    /// gains `r` per success drains only while more than `r / (1 + r)` of the attempts fail:
+    /// half of them at `r = 1`, five in six at `r = 5`. Above 1 the budget would stay full
+    /// through most of the outages it exists for, which is almost always a mistake (a percent
+    /// written where a fraction belongs).
+    #[error("token_ratio must be a finite number in 0.001..=1, got {0}")]
     TokenRatio(f64),
-    /// A retry percent must be a finite number in 0.0..=1000.0.
-    #[error("retry_percent must be a finite number in 0.0..=1000.0, got {0}")]
-    RetryPercent(f64),
+    /// A retry ratio (retries per request, a fraction) must be a finite number in 0..=1.
+    ///
+    /// Finagle accepts up to 1000; this crate stops at 1 (as many retries as requests, twice
+    /// the load in an outage), beyond which the budget no longer bounds what it is for, and a
+    /// value such as `20` is a percent written where a fraction belongs.
+    #[error("retry_ratio must be a finite number in 0..=1, got {0}")]
+    RetryRatio(f64),
     /// The ratio window must last from 1 to 60 seconds.
     #[error("ttl must be between 1 s and 60 s, got {0:?}")]
     Ttl(std::time::Duration),
-    /// A concurrency budget percent must be a finite number in 0.0..=100.0.
-    #[error("budget_percent must be a finite number in 0.0..=100.0, got {0}")]
+    /// A concurrency budget percent (a percentage: 20.0 is 20 %) must be a finite number in
+    /// 0..=100.
+    #[error("budget_percent must be a finite number in 0..=100, got {0}")]
     BudgetPercent(f64),
 }
 

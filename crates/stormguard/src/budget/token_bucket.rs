@@ -64,8 +64,9 @@ pub struct TokenBucket {
 
 impl TokenBucket {
     /// gRPC A6 `retryThrottling`: starts at `max_tokens` (1..=1000); every failed attempt
-    /// loses 1 token, every success gains `token_ratio` (three decimals kept, the rest
-    /// dropped), and a retry or hedge is allowed only while tokens > `max_tokens` / 2.
+    /// loses 1 token, every success gains `token_ratio` (0.001..=1, see
+    /// [`InvalidBudget::TokenRatio`]; three decimals kept, the rest dropped), and a retry or
+    /// hedge is allowed only while tokens > `max_tokens` / 2.
     pub fn grpc(max_tokens: u32, token_ratio: f64) -> Result<Self, InvalidBudget> {
         let max = max_tokens_milli(max_tokens)?;
         Ok(TokenBucket::from_spec(TokenBucketSpec {
@@ -94,8 +95,9 @@ impl TokenBucket {
         })
     }
 
-    /// The seeds' variant: a retry spends 1 token, a success refunds `token_ratio`, and a
-    /// retry is allowed while at least 1 token is left. Failures cost nothing by themselves.
+    /// The seeds' variant: a retry spends 1 token, a success refunds `token_ratio`
+    /// (0.001..=1), and a retry is allowed while at least 1 token is left. Failures cost
+    /// nothing by themselves.
     pub fn spend_per_retry(max_tokens: u32, token_ratio: f64) -> Result<Self, InvalidBudget> {
         Ok(TokenBucket::from_spec(TokenBucketSpec {
             max: max_tokens_milli(max_tokens)?,
@@ -223,7 +225,7 @@ fn max_tokens_milli(max_tokens: u32) -> Result<u64, InvalidBudget> {
 /// A token ratio in milli-tokens: three decimals kept, the rest dropped (a tiny epsilon keeps
 /// 0.1 from becoming 0.0999… and then 99).
 fn ratio_milli(ratio: f64) -> Result<u64, InvalidBudget> {
-    if !ratio.is_finite() || !(0.001..=1e12).contains(&ratio) {
+    if !ratio.is_finite() || !(0.001..=1.0).contains(&ratio) {
         return Err(InvalidBudget::TokenRatio(ratio));
     }
     Ok((ratio * MILLI as f64 + 1e-6).floor() as u64)
@@ -251,14 +253,20 @@ mod tests {
             TokenBucket::grpc(10, 0.0009),
             Err(InvalidBudget::TokenRatio(_))
         ));
+        assert!(matches!(
+            TokenBucket::spend_per_retry(10, 5.0),
+            Err(InvalidBudget::TokenRatio(_))
+        ));
         assert!(TokenBucket::grpc(1000, 0.001).is_ok());
+        assert!(TokenBucket::grpc(1, 1.0).is_ok());
     }
 
     #[test]
     fn ratio_keeps_exactly_three_decimals() {
         assert_eq!(ratio_milli(0.1), Ok(100));
         assert_eq!(ratio_milli(0.0015), Ok(1));
-        assert_eq!(ratio_milli(1.2345), Ok(1234));
+        assert_eq!(ratio_milli(0.2345), Ok(234));
+        assert_eq!(ratio_milli(1.0), Ok(1000));
         assert_eq!(ratio_milli(0.3), Ok(300));
     }
 

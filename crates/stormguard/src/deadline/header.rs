@@ -345,8 +345,9 @@ pub enum DeadlineHeaderError {
         /// What rule the value broke.
         source: HeaderError,
     },
-    /// The header appears more than once (its earliest valid value still counts; see the
-    /// [module docs](self#malformed-and-repeated-values)).
+    /// The header appears more than once: which of two disagreeing deadlines was meant cannot
+    /// be known, so this is reported, and the earliest valid value among the repeats still
+    /// counts as the header's deadline (see [`read_deadline`]).
     #[error("{header} appears {count} times; a deadline header may appear only once")]
     Repeated {
         /// Which header.
@@ -398,7 +399,15 @@ impl Reading {
 
 /// Reads the deadline a request announces: `values(header)` yields every value of one header
 /// on the request (as bytes, in order), `headers` says which to read in which precedence and
-/// `selection` how to pick. A pure function of the values and the wall-clock time; it never
+/// `selection` how to pick ([`Selection::Earliest`] by default: a server should stop when the
+/// first of its callers stops waiting).
+///
+/// A value that does not parse is a [`DeadlineHeaderError::Malformed`]; a header that
+/// appears more than once is a [`DeadlineHeaderError::Repeated`], and the earliest valid
+/// value among the repeats still counts (a caller that ignores the error gets the most
+/// conservative reading, never no deadline at all). `x-request-deadline` is converted to time
+/// left with `wall`, so it is off by the skew between the sender's clock and this host's
+/// (prefer the relative headers where clocks are not kept in sync). A pure function of the values and the wall-clock time; it never
 /// fails and never panics, whatever the bytes. HTTP stacks wrap it over their header maps
 /// (`stormguard_tower::wire::read_deadline` for `http::HeaderMap`).
 ///

@@ -26,8 +26,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use thread_local::ThreadLocal;
 
+use super::counts::{self, Call, HealthCounts};
 use super::latency::BUCKETS as LATENCY_BUCKETS;
-use super::{Call, HealthCounts};
 
 /// Bits of a tag that hold the bucket number; the generation is above them.
 const EPOCH_BITS: u32 = 44;
@@ -339,16 +339,16 @@ impl TimeStore {
 
 impl Call {
     const fn is_plain_success(self) -> bool {
-        self.0 & (super::CLASS_MASK | super::SLOW) == 0
+        self.0 & (counts::CLASS_MASK | counts::SLOW) == 0
     }
 
     const fn is_slow(self) -> bool {
-        self.0 & super::SLOW != 0
+        self.0 & counts::SLOW != 0
     }
 
     /// The counter for this call's class, `None` for a success.
     const fn class_counter(self) -> Option<usize> {
-        match self.0 & super::CLASS_MASK {
+        match self.0 & counts::CLASS_MASK {
             0 => None,
             1 => Some(RETRYABLE),
             2 => Some(OVERLOADED),

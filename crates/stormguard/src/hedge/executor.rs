@@ -125,7 +125,7 @@ impl<E: std::error::Error + 'static> std::error::Error for HedgeError<E> {
 /// When every attempt failed non-fatally and no more may be sent, the last one to fail is
 /// returned. Every hedge is a [`Withdrawal::Hedge`] from the budget; when it refuses, no more
 /// hedges are sent. The deadline — the call's own or the task's
-/// [current](deadline::current) one, whichever is earlier — bounds everything: when it passes
+/// [current](crate::deadline::current) one, whichever is earlier — bounds everything: when it passes
 /// every attempt is cancelled and the call fails with [`HedgeFailure::DeadlineExceeded`];
 /// no hedge is sent when it leaves less than the policy's minimum call time.
 ///

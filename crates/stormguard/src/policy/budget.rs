@@ -62,45 +62,12 @@ fn default_min_retry_concurrency() -> u32 {
 }
 
 impl BudgetSpec {
-    /// Checks every number; `at` names the budget in errors.
+    /// Checks every number by building the budget (the constructors hold the one set of
+    /// rules, shared with the CLI); `at` names the budget in errors.
     pub(super) fn validate(&self, at: &FieldPath) -> Result<(), PolicyError> {
-        match *self {
-            BudgetSpec::Grpc {
-                max_tokens,
-                token_ratio,
-            }
-            | BudgetSpec::SpendPerRetry {
-                max_tokens,
-                token_ratio,
-            } => {
-                if !(1..=1000).contains(&max_tokens) {
-                    return Err(at
-                        .field("max_tokens")
-                        .invalid(format!("must be in 1..=1000, got {max_tokens}")));
-                }
-                check_fraction(at.field("token_ratio"), token_ratio, 0.001)
-            }
-            BudgetSpec::AwsStandard => Ok(()),
-            BudgetSpec::Ratio {
-                retry_ratio, ttl, ..
-            } => {
-                check_fraction(at.field("retry_ratio"), retry_ratio, 0.0)?;
-                if ttl < Duration::from_secs(1) || ttl > Duration::from_secs(60) {
-                    return Err(at
-                        .field("ttl")
-                        .invalid(format!("must be between 1s and 60s, got {ttl:?}")));
-                }
-                Ok(())
-            }
-            BudgetSpec::Concurrency { budget_percent, .. } => {
-                if !(budget_percent.is_finite() && (0.0..=100.0).contains(&budget_percent)) {
-                    return Err(at.field("budget_percent").invalid(format!(
-                        "must be a finite number in 0..=100, got {budget_percent}"
-                    )));
-                }
-                Ok(())
-            }
-        }
+        self.make(Clock::system())
+            .map(drop)
+            .map_err(|e| invalid(at, e))
     }
 
     /// Builds the budget (validated first). Build it once per downstream and share it.
@@ -118,40 +85,50 @@ impl BudgetSpec {
     /// # Ok::<(), stormguard::policy::PolicyError>(())
     /// ```
     pub fn build(&self, clock: Clock) -> Result<Arc<dyn RetryBudget>, PolicyError> {
-        let at = FieldPath::root("budget");
-        self.validate(&at)?;
-        let invalid = |e: InvalidBudget| at.invalid(e);
+        self.make(clock)
+            .map_err(|e| invalid(&FieldPath::root("budget"), e))
+    }
+
+    fn make(&self, clock: Clock) -> Result<Arc<dyn RetryBudget>, InvalidBudget> {
         Ok(match *self {
             BudgetSpec::Grpc {
                 max_tokens,
                 token_ratio,
-            } => Arc::new(TokenBucket::grpc(max_tokens, token_ratio).map_err(invalid)?),
+            } => Arc::new(TokenBucket::grpc(max_tokens, token_ratio)?),
             BudgetSpec::SpendPerRetry {
                 max_tokens,
                 token_ratio,
-            } => Arc::new(TokenBucket::spend_per_retry(max_tokens, token_ratio).map_err(invalid)?),
+            } => Arc::new(TokenBucket::spend_per_retry(max_tokens, token_ratio)?),
             BudgetSpec::AwsStandard => Arc::new(TokenBucket::aws_standard()),
             BudgetSpec::Ratio {
                 retry_ratio,
                 ttl,
                 min_retries_per_sec,
-            } => Arc::new(
-                RatioBudget::new(retry_ratio, ttl, min_retries_per_sec, clock).map_err(invalid)?,
-            ),
+            } => Arc::new(RatioBudget::new(
+                retry_ratio,
+                ttl,
+                min_retries_per_sec,
+                clock,
+            )?),
             BudgetSpec::Concurrency {
                 budget_percent,
                 min_retry_concurrency,
-            } => Arc::new(
-                ConcurrencyBudget::new(budget_percent, min_retry_concurrency).map_err(invalid)?,
-            ),
+            } => Arc::new(ConcurrencyBudget::new(
+                budget_percent,
+                min_retry_concurrency,
+            )?),
         })
     }
 }
 
-fn check_fraction(at: FieldPath, value: f64, min: f64) -> Result<(), PolicyError> {
-    if value.is_finite() && (min..=1.0).contains(&value) {
-        Ok(())
-    } else {
-        Err(at.invalid(format!("must be a finite number in {min}..=1, got {value}")))
-    }
+/// A constructor's refusal, named by the field of the file it refuses.
+fn invalid(at: &FieldPath, error: InvalidBudget) -> PolicyError {
+    let field = match error {
+        InvalidBudget::MaxTokens(_) => "max_tokens",
+        InvalidBudget::TokenRatio(_) => "token_ratio",
+        InvalidBudget::RetryRatio(_) => "retry_ratio",
+        InvalidBudget::Ttl(_) => "ttl",
+        InvalidBudget::BudgetPercent(_) => "budget_percent",
+    };
+    at.field(field).invalid(error)
 }

@@ -143,7 +143,7 @@ fn each_broken_rule_names_its_field() {
         (
             r#"budget = { kind = "ratio", retry_ratio = 0.2, ttl = "500ms" }"#,
             "budget.ttl",
-            "between 1s and 60s",
+            "between 1 s and 60 s",
         ),
         (
             r#"budget = { kind = "concurrency", budget_percent = 120.0 }"#,

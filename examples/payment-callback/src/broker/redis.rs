@@ -1,5 +1,5 @@
 //! Redis Streams: `XADD` to [`STREAM_KEY`], read through the consumer group
-//! [`CONSUMER`](crate::store::CONSUMER) with `XREADGROUP`, acknowledged with `XACK`. A
+//! [`CONSUMER`] with `XREADGROUP`, acknowledged with `XACK`. A
 //! restarted consumer first re-reads its own pending (delivered, unacknowledged) entries.
 
 use std::collections::HashSet;

@@ -59,11 +59,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::budgets::{BudgetKind, BudgetParams, invalid_budget};
+use crate::budgets::{BudgetKind, BudgetParams};
 use crate::error::{self, InvalidParam};
 use crate::progress::Progress;
 use crate::time::{NANOS_PER_MILLI, Nanos, nanos};
-use crate::vclock::VirtualClock;
 
 /// What pushes the system over the edge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -270,11 +269,18 @@ impl OverloadConfig {
         error::in_range("spike", self.spike, 0.0, 1e6)?;
         error::positive_duration("deadline", self.deadline)?;
         error::bounded_duration("min-call", self.min_call)?;
-        error::positive_duration("base", self.base)?;
-        error::positive_duration("cap", self.cap)?;
-        if self.cap < self.base {
-            return Err(InvalidParam::new("cap", "must not be below the base"));
+        if self.min_call >= self.deadline {
+            // The core refuses a retry unless the deadline leaves `backoff + min_call`; with
+            // the whole deadline or more asked for, no retry could ever be sent.
+            return Err(InvalidParam::new(
+                "min-call",
+                format!(
+                    "{:?} is not shorter than the deadline ({:?}): no retry could ever fit",
+                    self.min_call, self.deadline
+                ),
+            ));
         }
+        error::backoff_range(self.base, self.cap)?;
         error::non_empty("protection", &self.protections)?;
         if (self.rate + self.spike) * self.duration.as_secs_f64() > 1e8 {
             return Err(InvalidParam::new(
@@ -282,10 +288,7 @@ impl OverloadConfig {
                 "more than 100 million requests: shorten the run or lower the rate",
             ));
         }
-        self.budget
-            .build(&self.budget_params, VirtualClock::new().clock())
-            .map_err(|e| invalid_budget(&e))?;
-        Ok(())
+        self.budget_params.validate()
     }
 }
 

@@ -75,8 +75,8 @@ impl Default for ServerConfig {
 ///    left ([`with_min_remaining`](DeadlineLayer::with_min_remaining), 1 ms by default): it
 ///    has expired, or will have before the handler could do anything useful;
 /// 4. otherwise runs the handler with the deadline as its task's current deadline
-///    ([`stormguard::deadline::scope`], so [`PropagateDeadline`](super::PropagateDeadline) and
-///    the core's retrier see it) and in the request's extensions ([`IncomingDeadline`]), and
+///    ([`stormguard::deadline::scope`], so [`PropagateDeadline`](crate::deadline::PropagateDeadline) and
+///    the core's retrier see it) and in the request's extensions ([`IncomingDeadline`](crate::deadline::IncomingDeadline)), and
 ///    drops the handler's future when the deadline passes.
 ///
 /// Refusals and cancellations are answered in the caller's protocol
@@ -86,7 +86,7 @@ impl Default for ServerConfig {
 /// tonic-web's `GrpcWebLayer` the layer sees plain gRPC and tonic-web translates its answer;
 /// in front of it, it answers gRPC-Web itself. A browser reads `grpc-status` only if the CORS
 /// layer exposes it, so put this layer inside the CORS layer.) The response body type is
-/// [`DeadlineBody<B>`]: the handler's body `B`, or the layer's own. A request without any
+/// [`DeadlineBody<B>`](crate::deadline::DeadlineBody): the handler's body `B`, or the layer's own. A request without any
 /// deadline (and no server default) passes through untouched, with no timer and no allocation.
 ///
 /// The deadline is current while the handler's *future* runs (an axum or tonic handler's

@@ -1,20 +1,20 @@
 //! What the server layer counts: refusals, cancellations and bad headers, read with
-//! [`DeadlineLayer::stats`](super::DeadlineLayer::stats), and the same events as metrics.
+//! [`DeadlineLayer::stats`](crate::deadline::DeadlineLayer::stats), and the same events as metrics.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use stormguard::deadline::{DeadlineHeader, DeadlineHeaders};
 
-/// Counters of the server layer, read with [`DeadlineLayer::stats`].
+/// Counters of the server layer, read with [`DeadlineLayer::stats`](crate::deadline::DeadlineLayer::stats).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerStats {
     /// Requests refused on arrival because their deadline had already passed, or left less
-    /// than the minimum time ([`DeadlineLayer::with_min_remaining`]).
+    /// than the minimum time ([`DeadlineLayer::with_min_remaining`](crate::deadline::DeadlineLayer::with_min_remaining)).
     pub refused_expired: u64,
     /// Handlers cancelled because the deadline passed while they ran.
     pub cancelled: u64,
-    /// Requests refused because of a malformed deadline header ([`MalformedPolicy::Reject`]).
+    /// Requests refused because of a malformed deadline header ([`MalformedPolicy::Reject`](crate::deadline::MalformedPolicy::Reject)).
     pub rejected_malformed: u64,
     /// Malformed or repeated deadline headers seen, whatever the policy.
     pub malformed_headers: u64,

@@ -99,16 +99,17 @@ impl<T> std::ops::Deref for CacheLine<T> {
 }
 
 impl RatioBudget {
-    /// A budget allowing retries up to `retry_percent` (a fraction: 0.2 is 20 %; 0.0..=1000.0)
-    /// of the requests seen over `ttl` (1..=60 s), plus `min_retries_per_sec · ttl` in reserve.
+    /// A budget allowing retries up to `retry_ratio` (a fraction: 0.2 is 20 %; 0..=1, see
+    /// [`InvalidBudget::RetryRatio`]) of the requests seen over `ttl` (1..=60 s), plus
+    /// `min_retries_per_sec · ttl` in reserve.
     pub fn new(
-        retry_percent: f64,
+        retry_ratio: f64,
         ttl: Duration,
         min_retries_per_sec: u32,
         clock: Clock,
     ) -> Result<Self, InvalidBudget> {
-        if !retry_percent.is_finite() || !(0.0..=1000.0).contains(&retry_percent) {
-            return Err(InvalidBudget::RetryPercent(retry_percent));
+        if !retry_ratio.is_finite() || !(0.0..=1.0).contains(&retry_ratio) {
+            return Err(InvalidBudget::RetryRatio(retry_ratio));
         }
         if ttl < Duration::from_secs(1) || ttl > Duration::from_secs(60) {
             return Err(InvalidBudget::Ttl(ttl));
@@ -124,7 +125,7 @@ impl RatioBudget {
             },
             period_reciprocal: u64::MAX / (ttl_millis / SLOTS).max(1) + 1,
             id: local::next_budget_id(),
-            deposit: (retry_percent * RETRY_UNITS as f64).round() as i64,
+            deposit: (retry_ratio * RETRY_UNITS as f64).round() as i64,
             reserve: i64::try_from(reserve_retries)
                 .unwrap_or(i64::MAX / RETRY_UNITS)
                 .saturating_mul(RETRY_UNITS),
@@ -412,12 +413,18 @@ mod tests {
         let clock = Clock::system();
         assert!(matches!(
             RatioBudget::new(-0.1, Duration::from_secs(10), 0, clock.clone()),
-            Err(InvalidBudget::RetryPercent(_))
+            Err(InvalidBudget::RetryRatio(_))
         ));
         assert!(matches!(
             RatioBudget::new(f64::NAN, Duration::from_secs(10), 0, clock.clone()),
-            Err(InvalidBudget::RetryPercent(_))
+            Err(InvalidBudget::RetryRatio(_))
         ));
+        // A percent written where the fraction belongs: 20 would be 2000 %.
+        assert!(matches!(
+            RatioBudget::new(20.0, Duration::from_secs(10), 0, clock.clone()),
+            Err(InvalidBudget::RetryRatio(_))
+        ));
+        assert!(RatioBudget::new(1.0, Duration::from_secs(10), 0, clock.clone()).is_ok());
         assert!(matches!(
             RatioBudget::new(0.2, Duration::from_millis(999), 0, clock.clone()),
             Err(InvalidBudget::Ttl(_))
