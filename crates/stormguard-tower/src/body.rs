@@ -72,7 +72,7 @@ struct Reader<B> {
 
 struct State<B> {
     source: Option<Pin<Box<B>>>,
-    chunks: Vec<Bytes>,
+    chunks: Chunks,
     recorded: usize,
     limit: usize,
     trailers: Option<HeaderMap>,
@@ -127,7 +127,7 @@ impl<B> ReplayBody<B> {
         }
         let state = State {
             source: Some(Box::pin(body)),
-            chunks: Vec::new(),
+            chunks: Chunks::default(),
             recorded: 0,
             limit,
             trailers: None,
@@ -226,7 +226,7 @@ impl<B> ReplayBody<B> {
                 if !state.ended || state.over_limit_by.is_some() {
                     return None;
                 }
-                Some(concat(&state.chunks, state.recorded))
+                Some(state.chunks.concat(state.recorded))
             }
         }
     }
@@ -398,9 +398,7 @@ where
                 let state = lock(&reader.shared);
                 let ahead: u64 = state
                     .chunks
-                    .get(reader.cursor..)
-                    .unwrap_or(&[])
-                    .iter()
+                    .iter_from(reader.cursor)
                     .map(|c| c.len() as u64)
                     .sum();
                 match &state.source {
@@ -461,7 +459,7 @@ where
                 // Past the limit nothing more is kept for other copies: drop what this copy
                 // has already sent.
                 let sent = self.cursor.min(state.chunks.len());
-                state.chunks.drain(..sent);
+                state.chunks.drop_front(sent);
                 self.cursor -= sent;
             }
         }
@@ -501,16 +499,62 @@ fn lock<B>(shared: &Mutex<State<B>>) -> MutexGuard<'_, State<B>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn concat(chunks: &[Bytes], total: usize) -> Bytes {
-    match chunks {
-        [] => Bytes::new(),
-        [one] => one.clone(),
-        many => {
-            let mut all = Vec::with_capacity(total);
-            for chunk in many {
-                all.extend_from_slice(chunk);
+/// The recorded chunks. A body of one chunk (the usual request) is kept without a list.
+#[derive(Default)]
+struct Chunks {
+    first: Option<Bytes>,
+    more: Vec<Bytes>,
+}
+
+impl Chunks {
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.more.len()
+    }
+
+    fn get(&self, index: usize) -> Option<&Bytes> {
+        match (&self.first, index) {
+            (Some(first), 0) => Some(first),
+            (Some(_), i) => self.more.get(i - 1),
+            (None, i) => self.more.get(i),
+        }
+    }
+
+    fn push(&mut self, chunk: Bytes) {
+        if self.first.is_none() && self.more.is_empty() {
+            self.first = Some(chunk);
+        } else {
+            self.more.push(chunk);
+        }
+    }
+
+    /// Forgets the first `n` chunks (read past by the only copy that may go on).
+    fn drop_front(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let from_more = if self.first.take().is_some() {
+            n - 1
+        } else {
+            n
+        };
+        self.more.drain(..from_more.min(self.more.len()));
+    }
+
+    fn iter_from(&self, index: usize) -> impl Iterator<Item = &Bytes> {
+        self.first.iter().chain(self.more.iter()).skip(index)
+    }
+
+    fn concat(&self, total: usize) -> Bytes {
+        match (&self.first, self.more.as_slice()) {
+            (None, []) => Bytes::new(),
+            (Some(one), []) => one.clone(),
+            _ => {
+                let mut all = Vec::with_capacity(total);
+                for chunk in self.iter_from(0) {
+                    all.extend_from_slice(chunk);
+                }
+                Bytes::from(all)
             }
-            Bytes::from(all)
         }
     }
 }

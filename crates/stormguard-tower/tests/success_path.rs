@@ -1,9 +1,9 @@
 //! What the success path allocates: counted with a counting global allocator.
 //!
-//! A request that succeeds at once costs, beyond the inner call: the boxed future, one copy
-//! of the request head for the attempt (the original is kept for a retry), and the replay
-//! record of a body that is not empty. With the `metrics` feature on, each metric the stack
-//! records builds its label set through the `metrics` facade (counted separately below).
+//! A request that succeeds at once costs, beyond the inner call, the boxed future and, for a
+//! request with a body, the replay record of that body: the first attempt sends the caller's
+//! own request, and the copy of its head kept for a retry reuses a pooled header map. Header
+//! names and values built from strings are moved to shared storage on their first copy.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 // The counting allocator is the one place here that needs unsafe code.
 #![allow(unsafe_code)]
@@ -13,10 +13,17 @@ use std::cell::Cell;
 use std::convert::Infallible;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response};
+use http::{HeaderName, HeaderValue, Request, Response};
 use http_body_util::Full;
+use std::time::Duration;
+
+use stormguard::breaker::BreakerConfig;
+use stormguard::deadline::Reserve;
+use stormguard::health::HealthConfig;
+use stormguard::policy::{BudgetSpec, EndpointPolicy, Propagation};
 use stormguard::retry::RetryPolicy;
 use stormguard_tower::body::ReplayBody;
+use stormguard_tower::client::{ClientLayer, ClientLayerBuilder};
 use stormguard_tower::retry::RetryLayer;
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -56,6 +63,7 @@ where
     S::Error: std::fmt::Debug,
 {
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     runtime.block_on(async {
@@ -86,7 +94,23 @@ fn downstream<B>()
     service_fn(|_req: Request<B>| std::future::ready(Ok(Response::new(Full::default()))))
 }
 
-/// A GET whose header values are built from strings (as most clients build them).
+/// A GET whose header names and values are all static, as a client that builds its headers
+/// once (or from constants) sends them.
+fn get_static() -> Request<Full<Bytes>> {
+    Request::get("http://inventory/items/7")
+        .header(
+            HeaderName::from_static("x-request-id"),
+            HeaderValue::from_static("req-7"),
+        )
+        .header(
+            http::header::ACCEPT,
+            HeaderValue::from_static("application/json"),
+        )
+        .body(Full::default())
+        .unwrap()
+}
+
+/// A GET whose header names and values are built from strings (as most clients build them).
 fn get() -> Request<Full<Bytes>> {
     Request::get("http://inventory/items/7")
         .header("x-request-id", "req-7")
@@ -95,53 +119,79 @@ fn get() -> Request<Full<Bytes>> {
         .unwrap()
 }
 
-/// The same GET with static header values.
-fn get_static() -> Request<Full<Bytes>> {
-    Request::get("http://inventory/items/7")
-        .header("x-request-id", HeaderValue::from_static("req-7"))
-        .header("accept", HeaderValue::from_static("application/json"))
-        .body(Full::default())
-        .unwrap()
-}
-
 /// A keyed POST with a 1 KiB body in one chunk.
 fn post() -> Request<Full<Bytes>> {
     Request::post("http://payments/pay")
-        .header("idempotency-key", HeaderValue::from_static("\"pay-1\""))
+        .header(
+            HeaderName::from_static("idempotency-key"),
+            HeaderValue::from_static("\"pay-1\""),
+        )
         .body(Full::new(Bytes::from_static(&[b'x'; 1024])))
         .unwrap()
 }
 
+/// The whole stack a user builds: retries with a budget, a breaker per attempt, a per-try
+/// timeout written on the wire with a hop reserve.
+fn full_stack() -> ClientLayer<()> {
+    let policy =
+        EndpointPolicy::new(RetryPolicy::new(3).with_per_try_timeout(Duration::from_millis(500)))
+            .with_budget(BudgetSpec::Grpc {
+                max_tokens: 100,
+                token_ratio: 0.1,
+            })
+            .with_breaker(BreakerConfig::new(HealthConfig::time(
+                Duration::from_secs(10),
+                10,
+            )))
+            .with_propagation(Propagation {
+                reserve: Reserve::fraction(0.1).unwrap(),
+                ..Propagation::default()
+            });
+    ClientLayerBuilder::single("inventory", policy)
+        .with_observer(())
+        .build()
+        .expect("valid policy")
+}
+
 #[test]
 fn the_success_path_allocates_only_what_replay_needs() {
-    let bare = allocations_per_call(downstream::<Full<Bytes>>(), get);
-    let layer = RetryLayer::new(RetryPolicy::new(3)).expect("valid policy");
-    let wrapped = |request: fn() -> Request<Full<Bytes>>| {
-        allocations_per_call(
-            layer.layer(downstream::<ReplayBody<Full<Bytes>>>()),
-            request,
+    let bare = allocations_per_call(downstream::<Full<Bytes>>(), get_static);
+    let retry = RetryLayer::new(RetryPolicy::new(3)).expect("valid policy");
+    let stack = full_stack();
+    let through = |request: fn() -> Request<Full<Bytes>>| {
+        (
+            allocations_per_call(
+                retry.layer(downstream::<ReplayBody<Full<Bytes>>>()),
+                request,
+            ),
+            allocations_per_call(
+                stack.layer(downstream::<ReplayBody<Full<Bytes>>>()),
+                request,
+            ),
         )
     };
-    let (get_static, get, post) = (wrapped(get_static), wrapped(get), wrapped(post));
+    let (get_static, get, post) = (through(get_static), through(get), through(post));
     eprintln!(
-        "allocations per call: bare service {bare}; through the RetryLayer: GET with static \
-         header values {get_static}, GET with header values from strings {get}, \
-         keyed POST with a 1 KiB body {post}"
+        "allocations per call (RetryLayer, full stack): bare service {bare}; GET with static \
+         headers {get_static:?}, GET with headers built from strings {get:?}, keyed POST with \
+         a 1 KiB body {post:?}"
     );
     assert_eq!(bare, 0.0);
     // Without the metrics feature (tracing spans and log events cost nothing without a
-    // subscriber).
+    // subscriber; with `metrics` every recorded metric builds its label set).
     #[cfg(not(feature = "metrics"))]
     {
-        // The boxed future (1), the copy of the header map for the attempt (2), and the
-        // custom header name `x-request-id`, moved to shared storage on its first copy (1).
-        assert_eq!(get_static, 4.0);
-        // Header values built from strings are moved to shared storage on their first copy
-        // too (once per request, not per attempt): one each.
-        assert_eq!(get, 6.0);
-        // The header map and custom name as above (4), the replay record of the body (1),
-        // its chunk list (1; the chunk itself is kept as it came), and the idempotency key
-        // handed to the core's retrier (1).
-        assert_eq!(post, 7.0);
+        // The boxed future only: the first attempt sends the caller's own request, the copy
+        // of its head kept for retries uses a pooled header map, the per-try deadline's
+        // header value is shared with the previous request's, and the breaker, budget and
+        // timer allocate nothing.
+        assert_eq!(get_static, (1.0, 1.0));
+        // A header value or a custom header name built from a string is moved to shared
+        // storage on its first copy (once per request, not per attempt): one each for
+        // `x-request-id`'s name and the two values (`accept` is a standard name).
+        assert_eq!(get, (4.0, 4.0));
+        // The replay record of the body (shared by the attempts) and the pinned source it
+        // reads from.
+        assert_eq!(post, (3.0, 3.0));
     }
 }

@@ -51,18 +51,21 @@ where
     ResB::Error: Into<BoxError>,
     O: Observer,
 {
-    let (mut parts, body) = request.into_parts();
-    let protocol = Protocol::of(&parts.headers);
-    wire::set_attempt(&mut parts.headers, 1, protocol);
+    let (mut original, body) = request.into_parts();
+    let protocol = Protocol::of(&original.headers);
+    wire::set_attempt(&mut original.headers, 1, protocol);
     let policy = &endpoint.policy;
-    let key = wire::idempotency_key(&parts.headers).ok().flatten();
+    let keyed = wire::has_idempotency_key(&original.headers);
     let safe = wire::is_retry_safe(
-        &parts.method,
+        &original.method,
         protocol,
-        key.is_some(),
+        keyed,
         policy.retry().idempotent(),
     );
-    let parts = &parts;
+    // The first attempt sends the caller's request itself; a copy of its head stays here for
+    // retries, hedges, the observer and the fallback.
+    let template = Template::of(&original);
+    let parts = &template.parts;
     let request_id = parts
         .headers
         .get(wire::REQUEST_ID)
@@ -110,10 +113,8 @@ where
                 .collect::<Vec<_>>(),
         );
     }
+    // A keyed request is retry-safe; the key itself travels in the copied headers.
     let mut call = Call::new().idempotent(safe);
-    if let Some(key) = key {
-        call = call.with_key(key);
-    }
     if let Some(deadline) = own {
         call = call.with_deadline(deadline);
     }
@@ -165,7 +166,7 @@ where
         Some(hedger) if call.is_retry_safe(policy.retry().idempotent()) && fits => {
             let breaker = endpoint.breaker.clone();
             let window = endpoint.window.clone().filter(|_| breaker.is_none());
-            let mut first = Some(service.clone());
+            let mut first = Some((service.clone(), original));
             let observer_ref = &observer;
             let op = move |attempt: Attempt| {
                 let first = first.take();
@@ -225,7 +226,7 @@ where
             }
         }
         _ => {
-            let mut first = Some(service.clone());
+            let mut first = Some((service.clone(), original));
             let observer_ref = &observer;
             let op = move |attempt: Attempt| {
                 let first = first.take();
@@ -269,13 +270,14 @@ where
     ReqB::Data: Send,
     ReqB::Error: Into<BoxError>,
 {
-    /// The future of one attempt: sent through `first` (the service made ready by the caller)
-    /// or a ready clone of `spare`, with its number and deadline on the wire, under the
-    /// attempt's deadline.
+    /// The future of one attempt: the first is sent through the service made ready by the
+    /// caller with the caller's own request head (`first`), a later one through a ready clone
+    /// of `spare` with a copy of the template; each with its number and deadline on the wire,
+    /// under the attempt's deadline.
     fn attempt<S, ResB, O>(
         &self,
         attempt: &Attempt,
-        first: Option<S>,
+        first: Option<(S, Parts)>,
         spare: S,
         observer: &CallObserver<'_, O>,
     ) -> impl std::future::Future<Output = Result<Response<ReplayBody<ResB>>, BoxError>>
@@ -293,7 +295,11 @@ where
     {
         let grpc_limit = self.grpc_limit;
         let fill = self.protocol == Protocol::Grpc;
-        let prepared = self.request(attempt);
+        let (first, head) = match first {
+            Some((service, head)) => (Some(service), Some(head)),
+            None => (None, None),
+        };
+        let prepared = self.request(attempt, head);
         #[cfg(feature = "tracing")]
         let span = observer.span();
         #[cfg(not(feature = "tracing"))]
@@ -325,26 +331,32 @@ where
         future
     }
 
-    /// The request of `attempt` and the deadline it runs under, or why it cannot be sent.
+    /// The request of `attempt` and the deadline it runs under, or why it cannot be sent:
+    /// `original` is the caller's own head (the first attempt), else the template is copied.
     fn request(
         &self,
         attempt: &Attempt,
+        original: Option<Parts>,
     ) -> Result<(Request<ReplayBody<ReqB>>, Option<Deadline>), BoxError> {
         let body = self
             .body
             .try_clone()
             .ok_or_else(|| BoxError::from(BodyNotReplayable))?;
-        let parts = self.parts;
-        let mut request = Request::new(body);
-        *request.method_mut() = parts.method.clone();
-        *request.uri_mut() = parts.uri.clone();
-        *request.version_mut() = parts.version;
-        *request.extensions_mut() = parts.extensions.clone();
+        let mut request = match original {
+            Some(head) => Request::from_parts(head, body),
+            None => {
+                let parts = self.parts;
+                let mut request = Request::new(body);
+                *request.method_mut() = parts.method.clone();
+                *request.uri_mut() = parts.uri.clone();
+                *request.version_mut() = parts.version;
+                *request.extensions_mut() = parts.extensions.clone();
+                *request.headers_mut() = parts.headers.clone();
+                wire::set_attempt(request.headers_mut(), attempt.number, self.protocol);
+                request
+            }
+        };
         let headers = request.headers_mut();
-        *headers = parts.headers.clone();
-        if attempt.number > 1 {
-            wire::set_attempt(headers, attempt.number, self.protocol);
-        }
         let deadline = match attempt.timeout {
             None => None,
             Some(timeout) => {
@@ -362,6 +374,58 @@ where
             }
         };
         Ok((request, deadline))
+    }
+}
+
+/// The caller's request head as the call keeps it: what retries copy, and what the observer
+/// and the fallback read. Its header map comes from (and returns to) a small per-thread pool,
+/// so keeping it costs no allocation once the pool is warm (header names and values are
+/// reference-counted; one built from a string is moved to shared storage on its first copy).
+struct Template {
+    parts: Parts,
+}
+
+/// Header maps kept per thread for [`Template`]s, and their bounds.
+const POOLED_MAPS: usize = 64;
+const POOLED_CAPACITY: usize = 64;
+
+thread_local! {
+    static HEADER_MAPS: std::cell::RefCell<Vec<http::HeaderMap>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Template {
+    fn of(original: &Parts) -> Template {
+        let mut headers = HEADER_MAPS
+            .with(|pool| pool.try_borrow_mut().ok().and_then(|mut p| p.pop()))
+            .unwrap_or_default();
+        for (name, value) in &original.headers {
+            headers.append(name.clone(), value.clone());
+        }
+        let (mut parts, ()) = Request::new(()).into_parts();
+        parts.method = original.method.clone();
+        parts.uri = original.uri.clone();
+        parts.version = original.version;
+        parts.extensions = original.extensions.clone();
+        parts.headers = headers;
+        Template { parts }
+    }
+}
+
+impl Drop for Template {
+    fn drop(&mut self) {
+        let mut headers = std::mem::take(&mut self.parts.headers);
+        if headers.capacity() > POOLED_CAPACITY {
+            return;
+        }
+        headers.clear();
+        HEADER_MAPS.with(|pool| {
+            if let Ok(mut pool) = pool.try_borrow_mut() {
+                if pool.len() < POOLED_MAPS {
+                    pool.push(headers);
+                }
+            }
+        });
     }
 }
 

@@ -87,6 +87,41 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, Ke
     checked(s.len(), || Some(s))
 }
 
+/// Whether `headers` carry one valid `Idempotency-Key` (the same rule as
+/// [`idempotency_key`]), without making the key: what a retrier needs to know to decide that
+/// a request is safe to repeat (the header itself goes out unchanged on every attempt).
+///
+/// ```
+/// use http::HeaderMap;
+/// use stormguard_tower::wire::has_idempotency_key;
+///
+/// let mut headers = HeaderMap::new();
+/// assert!(!has_idempotency_key(&headers));
+/// headers.insert("idempotency-key", "\"order-17\"".parse().unwrap());
+/// assert!(has_idempotency_key(&headers));
+/// headers.insert("idempotency-key", "order-17".parse().unwrap());
+/// assert!(!has_idempotency_key(&headers));
+/// ```
+pub fn has_idempotency_key(headers: &HeaderMap) -> bool {
+    let mut values = headers.get_all(&IDEMPOTENCY_KEY).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return false;
+    };
+    let bytes = value.as_bytes();
+    if let Some(inner) = bytes
+        .strip_prefix(b"\"")
+        .and_then(|rest| rest.strip_suffix(b"\""))
+    {
+        if inner
+            .iter()
+            .all(|&b| (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\')
+        {
+            return (1..=IdempotencyKey::MAX_LEN).contains(&inner.len());
+        }
+    }
+    idempotency_key(headers).is_ok_and(|key| key.is_some())
+}
+
 /// The key of `len` characters that `text` yields, or why it is not one.
 fn checked<'a>(
     len: usize,
@@ -170,7 +205,10 @@ mod tests {
         #[test]
         fn agrees_on_quoted_strings(s in "\"[ -~]{0,260}\"(;[a-z]=[0-9])?") {
             let ours = parse(&[s.as_bytes()]).ok().flatten().map(|k| k.as_str().to_owned());
-            prop_assert_eq!(ours, by_sfv(s.as_bytes()));
+            prop_assert_eq!(&ours, &by_sfv(s.as_bytes()));
+            let mut headers = HeaderMap::new();
+            headers.insert(IDEMPOTENCY_KEY, HeaderValue::from_bytes(s.as_bytes()).expect("value"));
+            prop_assert_eq!(has_idempotency_key(&headers), ours.is_some());
         }
 
         #[test]

@@ -29,7 +29,9 @@ pub use classify::{
 };
 pub(crate) use deadline::header_name;
 pub use deadline::{has_deadline_header, read_deadline, write_deadline};
-pub use key::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, KeyError, idempotency_key};
+pub use key::{
+    IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, KeyError, has_idempotency_key, idempotency_key,
+};
 
 use http::header::{CONTENT_TYPE, HeaderName};
 use http::{HeaderMap, HeaderValue, Method};
