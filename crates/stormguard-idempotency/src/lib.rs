@@ -51,10 +51,13 @@
 //!    the handler runs (the lease follows the request's deadline when it has one: see
 //!    [`LeaseDeadline`]); a completed key is replayed byte for byte (status, body, every
 //!    end-to-end header but `Set-Cookie`: see [`ReplayedHeaders`]) with
-//!    `Idempotent-Replayed: true`; a key in flight → `409` (or, with
+//!    `Idempotent-Replayed: true`; a key in flight → `409` with `Retry-After: 1` (or, with
 //!    [`InFlight::Wait`], wait for the result and replay it); the same key with another
 //!    fingerprint → `422`; a key whose lease has expired (its holder crashed) is taken over;
-//! 4. the handler's response is stored when the [`StorePolicy`] says so (2xx by default) and it
+//! 4. the handler that took the key runs in a task of its own, to its end even when its client
+//!    goes away (a per-try timeout, a dropped connection): it may already have taken effect,
+//!    so its answer must be stored for the client's retry instead of running it again;
+//! 5. the handler's response is stored when the [`StorePolicy`] says so (2xx by default) and it
 //!    fits the size cap; completion is fenced by the lease token, so a stale holder whose lease
 //!    was taken over cannot overwrite the new holder's record. Responses that are not stored
 //!    release the key so a retry runs again.

@@ -105,6 +105,7 @@ async fn run<S, ReqBody, ResBody>(
 where
     S: Service<Request<Body>, Response = Response<ResBody>> + Send + 'static,
     S::Future: Send + 'static,
+    S::Error: Send + 'static,
     ReqBody: http_body::Body<Data = Bytes> + Send + 'static,
     ReqBody::Error: Into<BoxError>,
     ResBody: http_body::Body<Data = Bytes> + Send + 'static,
@@ -274,9 +275,41 @@ where
         }
     }
 
-    // We hold the lease: run the handler (cut at a deadline only this layer knows of, so it
-    // never outlives its lease).
+    // We hold the lease: run the handler to its end and store what it answers, in a task of
+    // its own, so that a client that goes away (its per-try timeout, a dropped connection)
+    // does not cancel a handler that may already have taken effect: its retry then gets the
+    // stored answer instead of running it a second time.
     let handler = inner.call(Request::from_parts(parts, Body::from(body)));
+    let task = tokio::spawn(finish_call(shared, handler, scoped, token, deadline));
+    match task.await {
+        Ok(answer) => answer,
+        Err(join) => {
+            tracing::error!(error = %join, "the handler's task panicked or was aborted");
+            Ok(problem::response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                problem::BAD_RESPONSE,
+                "Handler failed",
+                "the request's handler did not finish; it may or may not have taken effect",
+            ))
+        }
+    }
+}
+
+/// Runs the handler of a key this request holds (cut at a deadline only this layer knows of,
+/// so it never outlives its lease), then stores or releases the key by what it answered.
+async fn finish_call<F, ResBody, E>(
+    shared: Arc<Shared>,
+    handler: F,
+    scoped: ScopedKey,
+    token: LeaseToken,
+    deadline: Option<RequestDeadline>,
+) -> Result<Response<Body>, E>
+where
+    F: Future<Output = Result<Response<ResBody>, E>>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let cfg = &shared.config;
     let called = match deadline.filter(|d| d.enforce) {
         None => Ok(handler.await),
         Some(d) => {

@@ -1,11 +1,13 @@
-//! The conformance suite: every numbered behaviour of issue 6 (`suite.rs`) and of issue 18
-//! (`hardening.rs`), on every store.
+//! The conformance suite: every numbered behaviour of issue 6 (`suite.rs`), of issue 18
+//! (`hardening.rs`) and of our own client in front of the server (`client.rs`), on every
+//! store.
 //!
 //! Each file holds one `async fn` per behaviour, each taking a fresh isolated [`TestEnv`];
 //! the macro below instantiates all of them for each store. Networked stores read
 //! `STORMGUARD_TEST_POSTGRES_URL`, `STORMGUARD_TEST_MYSQL_URL` and `STORMGUARD_TEST_REDIS_URL`
 //! and print `SKIPPED: ...` to stderr when theirs is not set.
 
+mod client;
 mod hardening;
 mod suite;
 #[path = "../support/mod.rs"]
@@ -39,6 +41,9 @@ macro_rules! conformance {
                     b11_oversized_response_can_release_the_key,
                     b12_two_hundred_concurrent_duplicates_run_once,
                     b12_thousand_sequential_duplicates_run_once,
+                );
+                conformance!(@tests_in client, $backend;
+                    c01_a_keyed_retry_after_a_timeout_gets_the_stored_answer,
                 );
                 conformance!(@tests_in hardening, $backend;
                     h01_a_tenant_spelling_a_hash_gets_its_own_scope,

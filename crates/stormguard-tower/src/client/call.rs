@@ -357,7 +357,17 @@ where
             }
         };
         let headers = request.headers_mut();
-        let deadline = match attempt.timeout {
+        // The attempt's own limit, else (only when it is to be written on the wire) what is
+        // left of the task's deadline, which needs no scope of its own.
+        let (timeout, scoped) = match attempt.timeout {
+            Some(timeout) => (Some(timeout), true),
+            None if self.formats.is_some() => (
+                deadline::with_current(|d| d.map(Deadline::remaining)),
+                false,
+            ),
+            None => (None, false),
+        };
+        let deadline = match timeout {
             None => None,
             Some(timeout) => {
                 if let Some(formats) = self.formats {
@@ -370,7 +380,7 @@ where
                     }
                     wire::write_deadline(headers, formats, handed, self.wall);
                 }
-                Some(Deadline::after(timeout, Clock::tokio()))
+                scoped.then(|| Deadline::after(timeout, Clock::tokio()))
             }
         };
         Ok((request, deadline))

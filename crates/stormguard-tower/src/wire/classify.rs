@@ -33,7 +33,7 @@ use stormguard::throttle::Throttled;
 use super::{GRPC_PUSHBACK, GRPC_STATUS, is_exhausted};
 
 /// How a retrier reads an HTTP response: the core's [`classify_http_response`] over the
-/// status, the `Retry-After` header (read only for 429 and 503, the statuses it changes; a
+/// status, the `Retry-After` header (read only for 409, 429 and 503, the statuses it changes; a
 /// malformed one counts as absent) and the exhausted mark (`X-Retry-Exhausted: true` or a
 /// Finagle non-retryable nack, see [`is_exhausted`](super::is_exhausted)).
 ///
@@ -78,7 +78,7 @@ pub fn health_outcome(status: StatusCode, headers: &HeaderMap) -> Outcome {
 
 fn retry_after(status: u16, headers: &HeaderMap) -> Option<std::time::Duration> {
     match status {
-        429 | 503 => headers
+        409 | 429 | 503 => headers
             .get(RETRY_AFTER)
             .and_then(|v| parse_retry_after(v.as_bytes(), SystemTime::now()).ok()),
         _ => None,

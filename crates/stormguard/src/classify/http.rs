@@ -14,6 +14,10 @@ use super::Outcome;
 /// - 502 and 504 are [`Outcome::Retryable`].
 /// - 503 is [`Outcome::Overloaded`] when the response carried a `Retry-After` (the server
 ///   asked for a pause), and [`Outcome::Retryable`] otherwise.
+/// - 409 Conflict with a `Retry-After` is [`Outcome::Overloaded`]: "not now, come back then"
+///   — the answer of an idempotency server (the IETF `Idempotency-Key` draft) to a duplicate
+///   of a request it is still processing, whose stored result a retry after the pause will
+///   get. A 409 without one is a conflict retrying cannot fix.
 /// - Every other 4xx and 5xx is [`Outcome::NeverRetry`]. That includes 500 and 501: an
 ///   internal error that the server did not flag as temporary is a deterministic bug, and
 ///   retrying it only multiplies the load on a server that is already failing.
@@ -22,7 +26,7 @@ use super::Outcome;
 ///   would help.
 ///
 /// `retry_after` is the parsed `Retry-After` header (see [`parse_retry_after`]); it only
-/// changes the outcome of 429 and 503 and is ignored for every other status.
+/// changes the outcome of 409, 429 and 503 and is ignored for every other status.
 ///
 /// ```
 /// use std::time::Duration;
@@ -33,13 +37,15 @@ use super::Outcome;
 /// assert_eq!(classify_http_status(503, None), Outcome::Retryable);
 /// let wait = Some(Duration::from_secs(5));
 /// assert_eq!(classify_http_status(503, wait), Outcome::Overloaded { retry_after: wait });
+/// assert_eq!(classify_http_status(409, None), Outcome::NeverRetry);
+/// assert_eq!(classify_http_status(409, wait), Outcome::Overloaded { retry_after: wait });
 /// ```
 pub fn classify_http_status(status: u16, retry_after: Option<Duration>) -> Outcome {
     match status {
         100..=399 => Outcome::Success,
         408 | 425 | 502 | 504 => Outcome::Retryable,
         429 => Outcome::Overloaded { retry_after },
-        503 if retry_after.is_some() => Outcome::Overloaded { retry_after },
+        409 | 503 if retry_after.is_some() => Outcome::Overloaded { retry_after },
         503 => Outcome::Retryable,
         _ => Outcome::NeverRetry,
     }

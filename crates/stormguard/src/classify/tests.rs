@@ -84,11 +84,11 @@ fn http_named_statuses() {
 }
 
 #[test]
-fn http_retry_after_only_matters_for_429_and_503() {
+fn http_retry_after_only_matters_for_409_429_and_503() {
     let wait = Some(secs(7));
     for status in 100..=599 {
         let expected = match status {
-            429 | 503 => Outcome::Overloaded { retry_after: wait },
+            409 | 429 | 503 => Outcome::Overloaded { retry_after: wait },
             _ => expected_http(status),
         };
         assert_eq!(

@@ -117,11 +117,6 @@ impl Call {
         self.deadline.is_some()
     }
 
-    /// The time left before the task's current deadline, if it has one.
-    pub(crate) fn remaining_in_task(&self) -> Option<Duration> {
-        deadline::with_current(|d| d.map(Deadline::remaining))
-    }
-
     /// The time left: the earlier of this call's deadline and the task's current one.
     pub(crate) fn remaining(&self) -> Option<Duration> {
         let current = deadline::with_current(|d| d.map(Deadline::remaining));
@@ -139,11 +134,11 @@ pub struct Attempt {
     pub number: u32,
     /// The call's idempotency key, the same on every attempt.
     pub key: Option<IdempotencyKey>,
-    /// The time this attempt is allowed, as of its start: the per-try timeout, cut to what is
-    /// left of the call's or the task's deadline; `None` when there is neither. The retrier
-    /// cancels the attempt after it when it comes from the per-try timeout or the call's own
-    /// deadline (the task's deadline is enforced by its owner), and the operation hands it
-    /// on (as `grpc-timeout`, …).
+    /// The time this attempt is allowed, as of its start, when a per-try timeout or a deadline
+    /// of the call's own is set: the per-try timeout cut to what is left of the call's and
+    /// the task's deadline. The retrier cancels the attempt after it, and the operation hands
+    /// it on (as `grpc-timeout`, …). `None` otherwise: the task's deadline alone is enforced
+    /// by its owner and read by whoever needs it ([`deadline::current`]).
     pub timeout: Option<Duration>,
 }
 
@@ -383,28 +378,23 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
             cancelled.attempts = number;
             observer.attempt_started(number);
             // The time this attempt is allowed: the per-try timeout, cut to what is left of
-            // the call's or the task's deadline. Read only when one of them exists; a timer
-            // enforces it only for the per-try timeout and the call's own deadline (the
-            // task's deadline is its owner's to enforce).
-            let (timeout, enforce) = match (self.policy.per_try_timeout(), call.has_own_deadline())
-            {
-                (None, false) => (call.remaining_in_task(), false),
-                (per_try, _) => {
-                    let left = call.remaining();
-                    let timeout = match (per_try, left) {
-                        (Some(p), Some(l)) => Some(p.min(l)),
-                        (p, l) => p.or(l),
-                    };
-                    (timeout, true)
-                }
+            // the call's or the task's deadline, enforced by a timer. Without a per-try
+            // timeout or a deadline of the call's own, nothing is read here (the task's
+            // deadline is its owner's to enforce), so a call that succeeds at once reads no
+            // clock.
+            let timeout = match (self.policy.per_try_timeout(), call.has_own_deadline()) {
+                (None, false) => None,
+                (per_try, _) => match (per_try, call.remaining()) {
+                    (Some(p), Some(l)) => Some(p.min(l)),
+                    (p, l) => p.or(l),
+                },
             };
             let attempt = Attempt {
                 number,
                 key: call.key.clone(),
                 timeout,
             };
-            let limit = if enforce { timeout } else { None };
-            let (result, ended) = match limit {
+            let (result, ended) = match timeout {
                 None => {
                     let result = op(attempt).await;
                     let outcome = classifier.classify(&result);
