@@ -166,11 +166,15 @@ where
         Some(hedger) if call.is_retry_safe(policy.retry().idempotent()) && fits => {
             let breaker = endpoint.breaker.clone();
             let window = endpoint.window.clone().filter(|_| breaker.is_none());
-            let mut first = Some((service.clone(), original));
+            // The caller made `service` ready: the first attempt must go through it (a
+            // clone of a `Buffer`, such as a tonic channel, is not ready); later ones through
+            // clones made ready by `oneshot`.
+            let spares = service.clone();
+            let mut first = Some((service, original));
             let observer_ref = &observer;
             let op = move |attempt: Attempt| {
                 let first = first.take();
-                let spare = service.clone();
+                let spare = spares.clone();
                 let breaker = breaker.clone();
                 let window = window.clone();
                 let sent = send.attempt(&attempt, first, spare, observer_ref);
@@ -226,11 +230,12 @@ where
             }
         }
         _ => {
-            let mut first = Some((service.clone(), original));
+            let spares = service.clone();
+            let mut first = Some((service, original));
             let observer_ref = &observer;
             let op = move |attempt: Attempt| {
                 let first = first.take();
-                let spare = service.clone();
+                let spare = spares.clone();
                 send.attempt(&attempt, first, spare, observer_ref)
             };
             endpoint
