@@ -1,8 +1,16 @@
 //! What may be sent again: timeouts and transport errors against the method and the
 //! `Idempotency-Key`, over real sockets.
+//!
+//! The timeout tests run under paused time with the clock held ([`ClockHold`]): the test moves
+//! the clock past the per-try timeout once the server holds the request, so the attempt count
+//! does not depend on how fast this machine answers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/clock_hold.rs"]
+mod clock_hold;
 mod support;
+
+use clock_hold::ClockHold;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -11,13 +19,14 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::post;
 use http::{HeaderMap, Method, Request, StatusCode};
+use stormguard::backoff::{Backoff, Jitter};
 use stormguard::retry::{RetryPolicy, StopReason};
 use stormguard_tower::client::Error;
 use stormguard_tower::retry::RetryLayer;
 use tokio::io::AsyncReadExt;
 use tower::{ServiceBuilder, ServiceExt};
 
-/// Per-try timeout: generous, so that a request reaches the local server long before it.
+/// Per-try timeout (virtual time: the tests move the clock past it when they choose).
 const PER_TRY: Duration = Duration::from_millis(750);
 
 /// What the server saw, one entry per request: the `Idempotency-Key` and attempt headers.
@@ -27,8 +36,13 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
     headers.get(name).map(|v| v.to_str().unwrap().to_owned())
 }
 
-/// `/pay` answers after 30 s to its first `slow` requests, at once to the others.
-async fn payment_server(seen: Seen, slow: usize) -> SocketAddr {
+/// `/pay` never answers its first `slow` requests, and answers the others at once; each
+/// request's arrival is announced on `arrived`.
+async fn payment_server(
+    seen: Seen,
+    slow: usize,
+) -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<usize>) {
+    let (arrived, arrivals) = tokio::sync::mpsc::unbounded_channel();
     let app = Router::new().route(
         "/pay",
         post(move |headers: HeaderMap| {
@@ -40,32 +54,40 @@ async fn payment_server(seen: Seen, slow: usize) -> SocketAddr {
                 ));
                 seen.len()
             };
+            let _ = arrived.send(n);
             async move {
                 if n <= slow {
-                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    std::future::pending::<()>().await;
                 }
                 StatusCode::OK
             }
         }),
     );
-    support::serve(app).await
+    (support::serve(app).await, arrivals)
 }
 
+/// Three attempts, retried at once (no backoff timer for the held clock to wait on).
 fn timed_policy() -> RetryPolicy {
-    support::quick(3).with_per_try_timeout(PER_TRY)
+    RetryPolicy::new(3)
+        .with_backoff(Backoff::fixed(Duration::ZERO).with_jitter(Jitter::None))
+        .with_per_try_timeout(PER_TRY)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_post_without_a_key_is_not_retried_after_a_timeout() {
+    let mut hold = ClockHold::new();
     let seen = Seen::default();
-    let addr = payment_server(seen.clone(), usize::MAX).await;
+    let (addr, mut arrivals) = payment_server(seen.clone(), usize::MAX).await;
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(timed_policy()).expect("valid policy"))
         .service(support::client());
     let request = Request::post(format!("http://{addr}/pay"))
         .body(support::full("amount=42"))
         .unwrap();
-    let err = client.oneshot(request).await.unwrap_err();
+    let call = tokio::spawn(client.oneshot(request));
+    assert_eq!(hold.within(arrivals.recv()).await, Some(1));
+    tokio::time::advance(PER_TRY).await;
+    let err = hold.within(call).await.unwrap().unwrap_err();
     assert!(err.is_timeout(), "{err}");
     assert_eq!(err.attempts(), 1);
     assert_eq!(err.stop(), Some(StopReason::NotIdempotent));
@@ -73,10 +95,11 @@ async fn a_post_without_a_key_is_not_retried_after_a_timeout() {
     assert_eq!(seen.lock().unwrap().len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_post_with_a_key_is_retried_with_the_same_key() {
+    let mut hold = ClockHold::new();
     let seen = Seen::default();
-    let addr = payment_server(seen.clone(), 2).await;
+    let (addr, mut arrivals) = payment_server(seen.clone(), 2).await;
     let client = ServiceBuilder::new()
         .layer(RetryLayer::new(timed_policy()).expect("valid policy"))
         .service(support::client());
@@ -84,7 +107,13 @@ async fn a_post_with_a_key_is_retried_with_the_same_key() {
         .header("idempotency-key", "\"pay-8812\"")
         .body(support::full("amount=42"))
         .unwrap();
-    let response = client.oneshot(request).await.unwrap();
+    let call = tokio::spawn(client.oneshot(request));
+    // The first two attempts reach the server and hang there until their per-try timeout.
+    for attempt in 1..=2 {
+        assert_eq!(hold.within(arrivals.recv()).await, Some(attempt));
+        tokio::time::advance(PER_TRY).await;
+    }
+    let response = hold.within(call).await.unwrap().unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let key = Some("\"pay-8812\"".to_owned());
     assert_eq!(
