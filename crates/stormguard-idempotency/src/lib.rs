@@ -116,7 +116,6 @@
 //! # let _ = app; Ok(()) }
 //! ```
 
-mod body;
 #[cfg(feature = "sql")]
 pub mod exactly_once;
 pub mod fingerprint;

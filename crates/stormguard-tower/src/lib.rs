@@ -45,13 +45,31 @@
 //! | [`PropagateDeadlineLayer`] | client: writes the current deadline minus the hop reserve on the outgoing request, and does not send when less than the minimum useful call time is left |
 //! | [`retry::RetryLayer`] | client: the stack's retrying alone, for composing by hand |
 //! | [`hedge::HedgeLayer`] | client: the stack's hedging alone (gRPC A6), for composing by hand |
-//! | [`breaker::CircuitBreakerLayer`] | fails calls fast while a shared circuit breaker is open; records every call's outcome and latency in its window |
-//! | [`throttle::AdaptiveThrottleLayer`] | rejects requests locally in proportion to the backend's refusals (Google SRE adaptive throttling) |
+//! | [`admission::AdmissionLayer`] | asks a shared circuit breaker, adaptive throttle (Google SRE), or both before each call; refuses with a typed [`Refusal`](stormguard::admission::Refusal) and records each call's health outcome and latency |
 //! | [`fault::FaultLayer`] | injects latency, error statuses or resets at seeded, run-time switchable rates, to prove the others |
 //!
-//! Composed by hand, in any order, they still never retry into an open breaker or past a
-//! throttle refusal or a deadline: a refusal is typed ([`stormguard::admission::Refusal`]),
-//! stops a retry loop uncharged, and is marked exhausted upstream.
+//! # Composing the layers by hand
+//!
+//! Composed by hand, they still never retry into an open breaker or past a throttle refusal
+//! or a deadline: a refusal is typed ([`stormguard::admission::Refusal`]), stops a retry loop
+//! uncharged, and is marked exhausted upstream. Put **one** retrying layer
+//! ([`RetryLayer`](retry::RetryLayer) or [`HedgeLayer`](hedge::HedgeLayer)) in a client; the
+//! others go around it in these orders, outermost first (each tested in
+//! `tests/composition.rs` over a real server):
+//!
+//! | order | what you get |
+//! | --- | --- |
+//! | retry → admission → propagate → transport | the [`client`] stack's own order: the breaker counts every attempt; an open breaker or a throttle refusal stops the retries at once, uncharged to the budget; each attempt's own deadline is written on the wire |
+//! | admission → retry → propagate → transport | the breaker counts each call once, by its final answer: a `503` the retry layer gave up on (marked `X-Retry-Exhausted`) is still a failure, so the breaker opens; a throttle here asks once per call |
+//! | propagate → retry → admission → transport | the deadline header is written once, above; each attempt rewrites it with what is left for that attempt |
+//! | hedge → admission → transport | no copy is sent into an open breaker, and none is charged for it |
+//!
+//! [`PropagateDeadlineLayer`] goes above or below the retrying layer (each attempt runs
+//! under its own deadline either way) but above anything that moves the call to another task;
+//! the [`DeadlineLayer`] belongs on the server, and [`fault::FaultLayer`] wherever a fault
+//! should appear (in front of a server, or around a transport). A breaker or throttle on both
+//! sides of a retry layer counts each attempt below and each call above: give each side its
+//! own gate.
 //!
 //! # Shared parts
 //!
@@ -63,19 +81,17 @@
 //! [`metric_names`]. With the `reqwest` feature, the `reqwest` module gives reqwest callers
 //! the same stack as a `reqwest-middleware` middleware.
 
+pub mod admission;
 pub mod body;
-pub mod breaker;
 pub mod client;
 pub mod deadline;
 pub mod fault;
 pub mod hedge;
 pub mod metric_names;
 pub mod observe;
-pub mod reject;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 pub mod retry;
-pub mod throttle;
 pub mod wire;
 
 pub use deadline::{DeadlineLayer, PropagateDeadlineLayer};

@@ -33,7 +33,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::breaker::{BreakerObserver, BreakerOpen, CircuitBreaker, Permit};
+use crate::breaker::{BreakerObserver, BreakerOpen, CircuitBreaker, OwnedPermit, Permit};
 use crate::classify::Outcome;
 use crate::clock::Clock;
 use crate::retry::StopReason;
@@ -129,14 +129,25 @@ fn describe_too_close(remaining: Duration, min_call: Duration) -> String {
 ///
 /// Implemented by [`NoGate`] (admits everything and costs nothing), by
 /// `Arc<`[`CircuitBreaker`]`>`, by `Arc<`[`AdaptiveThrottle`]`>` and by a pair of gates.
+///
+/// A pass comes in two kinds, as tokio's semaphore permits do: [`admit`](Self::admit) lends
+/// one that borrows the gate (free: what a retrier holding the gate uses), and
+/// [`admit_owned`](Self::admit_owned) one that owns what it needs (a reference count), for a
+/// future that must not borrow, such as a tower layer's response future.
 pub trait AttemptGate: Send + Sync {
     /// What an admitted attempt carries until it ends.
     type Pass<'a>: AttemptPass
     where
         Self: 'a;
 
+    /// What an attempt admitted by [`admit_owned`](Self::admit_owned) carries.
+    type OwnedPass: AttemptPass + Send;
+
     /// Admits one attempt, or says why not.
     fn admit(&self) -> Result<Self::Pass<'_>, Refusal>;
+
+    /// Admits one attempt with a pass that does not borrow the gate, or says why not.
+    fn admit_owned(&self) -> Result<Self::OwnedPass, Refusal>;
 }
 
 /// An admitted attempt: [`finish`](AttemptPass::finish) it with its outcome, or drop it if
@@ -152,9 +163,15 @@ pub struct NoGate;
 
 impl AttemptGate for NoGate {
     type Pass<'a> = ();
+    type OwnedPass = ();
 
     #[inline]
     fn admit(&self) -> Result<(), Refusal> {
+        Ok(())
+    }
+
+    #[inline]
+    fn admit_owned(&self) -> Result<(), Refusal> {
         Ok(())
     }
 }
@@ -170,6 +187,8 @@ impl<O: BreakerObserver> AttemptGate for Arc<CircuitBreaker<O>> {
     where
         O: 'a;
 
+    type OwnedPass = OwnedBreakerPass<O>;
+
     #[inline]
     fn admit(&self) -> Result<BreakerPass<'_, O>, Refusal> {
         let permit = self.try_acquire()?;
@@ -179,6 +198,13 @@ impl<O: BreakerObserver> AttemptGate for Arc<CircuitBreaker<O>> {
             clock,
             started: clock.now(),
         })
+    }
+
+    #[inline]
+    fn admit_owned(&self) -> Result<OwnedBreakerPass<O>, Refusal> {
+        let permit = self.try_acquire_owned()?;
+        let started = self.window().clock().now();
+        Ok(OwnedBreakerPass { permit, started })
     }
 }
 
@@ -204,11 +230,20 @@ impl<O: BreakerObserver> AttemptPass for BreakerPass<'_, O> {
 
 impl AttemptGate for Arc<AdaptiveThrottle> {
     type Pass<'a> = ThrottlePass<'a>;
+    type OwnedPass = OwnedThrottlePass;
 
     #[inline]
     fn admit(&self) -> Result<ThrottlePass<'_>, Refusal> {
         self.try_acquire()?;
         Ok(ThrottlePass { throttle: self })
+    }
+
+    #[inline]
+    fn admit_owned(&self) -> Result<OwnedThrottlePass, Refusal> {
+        self.try_acquire()?;
+        Ok(OwnedThrottlePass {
+            throttle: Arc::clone(self),
+        })
     }
 }
 
@@ -226,17 +261,63 @@ impl AttemptPass for ThrottlePass<'_> {
     }
 }
 
+/// An attempt admitted by a circuit breaker, owning its permit (see
+/// [`AttemptGate::admit_owned`]).
+#[derive(Debug)]
+pub struct OwnedBreakerPass<O: BreakerObserver> {
+    permit: OwnedPermit<O>,
+    started: Instant,
+}
+
+impl<O: BreakerObserver> AttemptPass for OwnedBreakerPass<O> {
+    #[inline]
+    fn finish(self, outcome: Outcome) {
+        let elapsed = self
+            .permit
+            .breaker()
+            .window()
+            .clock()
+            .now()
+            .checked_duration_since(self.started)
+            .unwrap_or(Duration::ZERO);
+        self.permit.record(outcome, elapsed);
+    }
+}
+
+/// A request the adaptive throttle let through, owning a reference to the throttle (see
+/// [`AttemptGate::admit_owned`]).
+#[derive(Debug)]
+pub struct OwnedThrottlePass {
+    throttle: Arc<AdaptiveThrottle>,
+}
+
+impl AttemptPass for OwnedThrottlePass {
+    #[inline]
+    fn finish(self, outcome: Outcome) {
+        self.throttle.record(outcome);
+    }
+}
+
 impl<A: AttemptGate, B: AttemptGate> AttemptGate for (A, B) {
     type Pass<'a>
         = (A::Pass<'a>, B::Pass<'a>)
     where
         Self: 'a;
 
+    type OwnedPass = (A::OwnedPass, B::OwnedPass);
+
     #[inline]
     fn admit(&self) -> Result<Self::Pass<'_>, Refusal> {
         let first = self.0.admit()?;
         // A refusal by the second leaves the first's pass unfinished: dropped, not recorded.
         let second = self.1.admit()?;
+        Ok((first, second))
+    }
+
+    #[inline]
+    fn admit_owned(&self) -> Result<Self::OwnedPass, Refusal> {
+        let first = self.0.admit_owned()?;
+        let second = self.1.admit_owned()?;
         Ok((first, second))
     }
 }
@@ -255,10 +336,20 @@ impl<G: AttemptGate> AttemptGate for Option<G> {
     where
         Self: 'a;
 
+    type OwnedPass = Option<G::OwnedPass>;
+
     #[inline]
     fn admit(&self) -> Result<Self::Pass<'_>, Refusal> {
         match self {
             Some(gate) => gate.admit().map(Some),
+            None => Ok(None),
+        }
+    }
+
+    #[inline]
+    fn admit_owned(&self) -> Result<Self::OwnedPass, Refusal> {
+        match self {
+            Some(gate) => gate.admit_owned().map(Some),
             None => Ok(None),
         }
     }
@@ -279,9 +370,16 @@ impl<G: AttemptGate + ?Sized> AttemptGate for &G {
     where
         Self: 'a;
 
+    type OwnedPass = G::OwnedPass;
+
     #[inline]
     fn admit(&self) -> Result<Self::Pass<'_>, Refusal> {
         (**self).admit()
+    }
+
+    #[inline]
+    fn admit_owned(&self) -> Result<Self::OwnedPass, Refusal> {
+        (**self).admit_owned()
     }
 }
 
@@ -314,6 +412,26 @@ mod tests {
         assert_eq!(refused.stop_reason(), StopReason::BreakerOpen);
         assert!(refused.retry_after().is_some());
         assert_eq!(refused.label(), "circuit_open");
+    }
+
+    #[test]
+    fn owned_passes_record_like_borrowed_ones() {
+        let clock = ManualClock::new();
+        let config = BreakerConfig::new(HealthConfig::count(2)).with_minimum_throughput(2);
+        let breaker = Arc::new(CircuitBreaker::new(config, clock.clock()).expect("valid"));
+        let throttle = Arc::new(
+            AdaptiveThrottle::new(ThrottleConfig::sre_default(), clock.clock()).expect("valid"),
+        );
+        let gate = Some((Arc::clone(&throttle), Arc::clone(&breaker)));
+        let pass = gate.admit_owned().expect("closed");
+        clock.advance(Duration::from_millis(30));
+        pass.finish(Outcome::Success);
+        // Dropped without finishing: abandoned, recorded nowhere.
+        drop(gate.admit_owned().expect("closed"));
+        assert_eq!(breaker.window().snapshot().calls, 1);
+        let p50 = breaker.window().latency_percentile(0.5).expect("one call");
+        assert!(p50 >= Duration::from_millis(30), "{p50:?}");
+        assert_eq!(throttle.counts().accepts, 1);
     }
 
     #[test]

@@ -17,11 +17,11 @@ use tower_service::Service;
 
 use super::finish::Finisher;
 use super::{Config, DoNotStore, FailureMode, IdempotencyLayer, InFlight, LeaseDeadline, Oversize};
-use crate::body::{Buffered, buffer_capped};
 use crate::problem;
 use crate::store::{
     Begin, BeginRequest, Completion, LeaseToken, Millis, ScopedKey, Store, StoredResponse,
 };
+use stormguard_tower::body::ReplayBody;
 use stormguard_tower::wire::{IDEMPOTENT_REPLAYED, idempotency_key};
 
 /// The future of [`IdempotencyService`].
@@ -343,17 +343,21 @@ where
             .await;
         return Ok(Response::from_parts(res_parts, Body::new(res_body)));
     }
-    match buffer_capped(res_body, cfg.max_response).await {
-        Buffered::Complete(bytes) => {
+    // Read the response ahead up to the cap, recording it; the client gets it after the
+    // completion is stored (or, over the cap, the recorded part and then the rest as it comes).
+    let mut res_body = ReplayBody::new(res_body, cfg.max_response);
+    match res_body.fill().await {
+        Ok(true) => {
+            let bytes = res_body.recorded_bytes().unwrap_or_default();
             let completion = Completion::Response(StoredResponse {
                 status: res_parts.status,
                 headers: cfg.replay_headers.select(&res_parts.headers),
-                body: bytes.clone(),
+                body: bytes,
             });
             shared.complete(&scoped, token, &completion).await;
-            Ok(Response::from_parts(res_parts, Body::from(bytes)))
+            Ok(Response::from_parts(res_parts, Body::new(res_body)))
         }
-        Buffered::TooLarge(rest) => {
+        Ok(false) => {
             match cfg.oversize {
                 Oversize::Mark => {
                     let completion = Completion::TooLarge {
@@ -367,9 +371,9 @@ where
                         .await;
                 }
             }
-            Ok(Response::from_parts(res_parts, Body::new(rest)))
+            Ok(Response::from_parts(res_parts, Body::new(res_body)))
         }
-        Buffered::Failed(e) => {
+        Err(e) => {
             // The handler ran and answered; only its body failed. Running it again on a retry
             // could repeat its effects, so the key is completed without a response.
             let completion = Completion::BodyFailed {

@@ -31,8 +31,7 @@ use stormguard::policy::{EndpointPolicy, HedgeDelaySpec, PolicyError};
 use stormguard::retry::{Retrier, SeededRandom};
 use stormguard::throttle::AdaptiveThrottle;
 
-use super::observer::BreakerEvents;
-use crate::observe::Observer;
+use crate::observe::{BreakerEvents, Observer};
 
 /// The window a percentile hedge reads when the endpoint has no breaker of its own.
 const HEDGE_WINDOW: HealthConfig = HealthConfig::count(1000);
@@ -93,10 +92,10 @@ impl<O: Observer> Builder<O> {
             (_, Some(config)) => {
                 let breaker = CircuitBreaker::new(*config, self.clock.clone())
                     .map_err(|e| invalid("breaker", e))?
-                    .with_observer(BreakerEvents {
-                        endpoint: Arc::clone(&name),
-                        observer: Arc::clone(&self.observer),
-                    });
+                    .with_observer(BreakerEvents::shared(
+                        Arc::clone(&name),
+                        Arc::clone(&self.observer),
+                    ));
                 let breaker = match self.seed {
                     Some(seed) => breaker.with_seed(seed.wrapping_add(index)),
                     None => breaker,

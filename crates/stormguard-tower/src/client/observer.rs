@@ -3,11 +3,10 @@
 //! call knows (endpoint, method, request id, the response's status, the attempt's span) and
 //! hand the result to the observer.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use http::StatusCode;
-use stormguard::breaker::{BreakerObserver, StateChange};
 use stormguard::classify::{GrpcCode, Outcome};
 use stormguard::hedge::{HedgeObserver, HedgeStop, HedgingStopped};
 use stormguard::retry::{AttemptOutcome, RetryObserver, RetryReason, StopReason};
@@ -196,25 +195,5 @@ impl<O: Observer> HedgeObserver for CallObserver<'_, O> {
         if let (Some(attempt), true) = (winner, sent > 1 && stop == HedgeStop::Succeeded) {
             self.observer.hedge(&self.info, HedgeEvent::Won { attempt });
         }
-    }
-}
-
-/// A breaker's state changes, reported to the stack's observer with the endpoint's name.
-pub(crate) struct BreakerEvents<O> {
-    pub(crate) endpoint: Arc<str>,
-    pub(crate) observer: Arc<O>,
-}
-
-impl<O: Observer> BreakerObserver for BreakerEvents<O> {
-    fn state_changed(&self, change: &StateChange) {
-        self.observer.breaker_changed(&self.endpoint, change);
-    }
-}
-
-impl<O> std::fmt::Debug for BreakerEvents<O> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BreakerEvents")
-            .field("endpoint", &self.endpoint)
-            .finish_non_exhaustive()
     }
 }

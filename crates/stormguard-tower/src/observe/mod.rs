@@ -79,7 +79,7 @@ use std::time::Duration;
 
 use http::{Method, StatusCode};
 use stormguard::admission::Refusal;
-use stormguard::breaker::StateChange;
+use stormguard::breaker::{BreakerObserver, StateChange};
 use stormguard::classify::{GrpcCode, Outcome};
 use stormguard::retry::{RetryReason, StopReason};
 
@@ -347,6 +347,50 @@ impl<O: Observer> Observer for Arc<O> {
     }
     fn fallback(&self, call: &CallInfo<'_>, reason: FallbackReason) {
         (**self).fallback(call, reason);
+    }
+}
+
+/// A circuit breaker's state changes, reported to an [`Observer`] as
+/// [`breaker_changed`](Observer::breaker_changed) with the endpoint's name: the
+/// [`BreakerObserver`] to build a breaker with, so that its transitions are seen the same way
+/// whichever layer or stack uses it.
+///
+/// ```
+/// use stormguard::breaker::CircuitBreaker;
+/// use stormguard_tower::observe::{BreakerEvents, Telemetry};
+///
+/// let breaker = CircuitBreaker::resilience4j_default()
+///     .with_observer(BreakerEvents::new("payments", Telemetry));
+/// # let _ = breaker;
+/// ```
+pub struct BreakerEvents<O> {
+    endpoint: Arc<str>,
+    observer: Arc<O>,
+}
+
+impl<O: Observer> BreakerEvents<O> {
+    /// Reports the transitions of the breaker of `endpoint` to `observer`.
+    pub fn new(endpoint: &str, observer: O) -> Self {
+        BreakerEvents::shared(Arc::from(endpoint), Arc::new(observer))
+    }
+
+    /// As [`new`](Self::new), with an observer and a name already shared.
+    pub fn shared(endpoint: Arc<str>, observer: Arc<O>) -> Self {
+        BreakerEvents { endpoint, observer }
+    }
+}
+
+impl<O: Observer> BreakerObserver for BreakerEvents<O> {
+    fn state_changed(&self, change: &StateChange) {
+        self.observer.breaker_changed(&self.endpoint, change);
+    }
+}
+
+impl<O> std::fmt::Debug for BreakerEvents<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BreakerEvents")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
     }
 }
 

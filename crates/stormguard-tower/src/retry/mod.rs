@@ -9,11 +9,13 @@
 //!   runs as the current deadline of the task ([`stormguard::deadline::scope`]);
 //! - one *above* it has already written a deadline header: each attempt rewrites that header
 //!   with its own, shorter time;
-//! - a breaker or throttle layer *below* it:
+//! - an [`AdmissionLayer`](crate::admission::AdmissionLayer) (breaker, throttle) *below* it:
 //!   a refusal stops the retries at once, uncharged to the budget, and is marked
 //!   `X-Retry-Exhausted: true`;
 //! - one *above* it records every call's real outcome: the exhausted mark is about retrying,
 //!   not health, and does not hide a failure from a breaker.
+//!
+//! The orders that work are listed in the [crate docs](crate#composing-the-layers-by-hand).
 //!
 //! Prefer [`ClientLayer`] when you want all of it: it builds the
 //! same pieces in the one order from one policy. Everything the client stack does to an

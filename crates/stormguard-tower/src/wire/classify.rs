@@ -160,6 +160,39 @@ pub fn rejection_refusal(headers: &HeaderMap) -> Refusal {
     }
 }
 
+/// Marks `headers` as a local refusal's answer, the inverse of [`rejection_refusal`]:
+/// [`REJECTED_BY`](super::REJECTED_BY) names who refused (`circuit-open`, `throttled`,
+/// `deadline-too-close`), and `Retry-After` (whole seconds, rounded up) says when an open
+/// breaker may admit calls again.
+///
+/// ```
+/// use std::time::Duration;
+/// use http::HeaderMap;
+/// use stormguard::admission::Refusal;
+/// use stormguard::throttle::Throttled;
+/// use stormguard_tower::wire::{mark_rejection, rejection_refusal};
+///
+/// let mut headers = HeaderMap::new();
+/// mark_rejection(&mut headers, &Refusal::Throttled(Throttled { probability: 0.5 }));
+/// assert_eq!(headers["x-stormguard-rejected"], "throttled");
+/// assert!(matches!(rejection_refusal(&headers), Refusal::Throttled(_)));
+/// ```
+pub fn mark_rejection(headers: &mut HeaderMap, refusal: &Refusal) {
+    let by = match refusal {
+        Refusal::Throttled(_) => "throttled",
+        Refusal::DeadlineTooClose(_) => "deadline-too-close",
+        _ => "circuit-open",
+    };
+    headers.insert(super::REJECTED_BY, HeaderValue::from_static(by));
+    if let Some(after) = refusal.retry_after() {
+        let secs = after.as_millis().div_ceil(1000);
+        headers.insert(
+            RETRY_AFTER,
+            HeaderValue::from(u64::try_from(secs).unwrap_or(u64::MAX)),
+        );
+    }
+}
+
 /// The gRPC status of a response: from the headers (a trailers-only response), else from
 /// the trailers, else from the HTTP status by gRPC's HTTP-to-gRPC mapping. `complete` says
 /// whether the whole body was read: a complete 200 response without any status is
