@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::limits::{self, MAX_NAME_BYTES};
 use super::{
     BudgetSpec, EndpointPolicy, Fallback, FieldPath, HedgeDelaySpec, HedgeSpec, PolicyError,
     PolicyFile, Propagation, PropagationHeaders,
@@ -32,17 +33,37 @@ pub(super) struct RawFile {
 }
 
 impl RawFile {
-    pub(super) fn into_file(self) -> Result<PolicyFile, PolicyError> {
+    /// The validated file; an error comes with the name of the endpoint it is in.
+    pub(super) fn into_file(self) -> Result<PolicyFile, (String, PolicyError)> {
         let endpoints = self
             .endpoints
             .into_iter()
             .map(|(name, raw)| {
-                let policy = raw.into_policy(&FieldPath::endpoint(&name))?;
-                Ok((name, policy))
+                let at = FieldPath::endpoint(&name);
+                let policy = check_name(&name, &at).and_then(|()| raw.into_policy(&at));
+                match policy {
+                    Ok(policy) => Ok((name, policy)),
+                    Err(e) => Err((name, e)),
+                }
             })
-            .collect::<Result<_, PolicyError>>()?;
+            .collect::<Result<_, _>>()?;
         Ok(PolicyFile { endpoints })
     }
+}
+
+fn check_name(name: &str, at: &FieldPath) -> Result<(), PolicyError> {
+    if name.trim().is_empty() {
+        return Err(
+            at.invalid("an endpoint's name is a route (\"POST /pay\") or \"default\", not blank")
+        );
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(at.invalid(format!(
+            "an endpoint's name is at most {MAX_NAME_BYTES} bytes, got {}",
+            name.len()
+        )));
+    }
+    Ok(())
 }
 
 impl From<&PolicyFile> for RawFile {
@@ -332,7 +353,7 @@ impl TryFrom<RawEndpoint> for EndpointPolicy {
     type Error = PolicyError;
 
     fn try_from(raw: RawEndpoint) -> Result<Self, PolicyError> {
-        raw.into_policy(&FieldPath(String::new()))
+        raw.into_policy(&FieldPath::root(""))
     }
 }
 
@@ -658,6 +679,14 @@ pub(super) fn check(policy: &EndpointPolicy, at: &FieldPath) -> Result<(), Polic
             )));
         }
     }
+    if let Some(overall) = policy.overall_timeout {
+        let min_call = retry.min_call();
+        if min_call > Duration::ZERO && min_call >= overall {
+            return Err(at.field("retry").field("min_call").invalid(format!(
+                "{min_call:?} is not below the overall timeout {overall:?}: no retry could ever start"
+            )));
+        }
+    }
     if retry.max_attempts() == 0 {
         return Err(at
             .field("retry")
@@ -708,7 +737,7 @@ pub(super) fn check(policy: &EndpointPolicy, at: &FieldPath) -> Result<(), Polic
             .field("reserve")
             .invalid("keeps all the remaining time: no call would ever be sent"));
     }
-    Ok(())
+    limits::check(policy, at)
 }
 
 /// A core configuration error, named by the policy file's field names.
