@@ -661,6 +661,7 @@ impl From<EndpointPolicy> for RawEndpoint {
 
 /// Checks a policy's fields and the rules between them; `at` names the endpoint in errors.
 pub(super) fn check(policy: &EndpointPolicy, at: &FieldPath) -> Result<(), PolicyError> {
+    limits::check(policy, at)?;
     let timeouts = at.field("timeouts");
     let retry = &policy.retry;
     for (name, value) in [
@@ -737,7 +738,7 @@ pub(super) fn check(policy: &EndpointPolicy, at: &FieldPath) -> Result<(), Polic
             .field("reserve")
             .invalid("keeps all the remaining time: no call would ever be sent"));
     }
-    limits::check(policy, at)
+    Ok(())
 }
 
 /// A core configuration error, named by the policy file's field names.

@@ -418,3 +418,5 @@ impl PolicyFile {
 mod tests;
 #[cfg(test)]
 mod tests_bad_input;
+#[cfg(test)]
+mod tests_props;
