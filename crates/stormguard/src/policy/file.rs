@@ -25,7 +25,7 @@ use crate::throttle::ThrottleConfig;
 /// gRPC A6 caps hedged attempts (and retries) at 5.
 const MAX_HEDGE_ATTEMPTS: u32 = 5;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawFile {
     #[serde(default)]
@@ -33,6 +33,16 @@ pub(super) struct RawFile {
 }
 
 impl RawFile {
+    /// Adds `other`'s endpoints; `false` (and `self` partly merged) when a name is in both.
+    pub(super) fn merge(&mut self, other: RawFile) -> bool {
+        for (name, endpoint) in other.endpoints {
+            if self.endpoints.insert(name, endpoint).is_some() {
+                return false;
+            }
+        }
+        true
+    }
+
     /// The validated file; an error comes with the name of the endpoint it is in.
     pub(super) fn into_file(self) -> Result<PolicyFile, (String, PolicyError)> {
         let endpoints = self

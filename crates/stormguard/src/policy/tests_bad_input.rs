@@ -262,3 +262,34 @@ fn policies_built_in_code_meet_the_same_bounds() {
     .expect_err("min_call above overall");
     assert_eq!(field_of(&error), "retry.min_call");
 }
+
+#[test]
+fn a_file_read_table_by_table_reads_as_one_document() {
+    // A name defined twice is TOML's own error, at the second definition.
+    let error = toml_err(
+        "[endpoints.x]\nretry = { max_attempts = 2 }\n\n[endpoints.x]\nretry = { max_attempts = 3 }\n",
+    );
+    assert!(
+        matches!(&error, PolicyError::Syntax { at, .. } if at.line == 4),
+        "{error}"
+    );
+    // Tables split across pieces, and an `[endpoints]` table with dotted keys, read as one.
+    let file = PolicyFile::from_toml(
+        "[endpoints]\n\"a\".retry = { max_attempts = 2 }\n[endpoints.b]\nretry = { max_attempts = 3 }\n[endpoints.b.timeouts]\noverall = \"1s\"\n",
+    )
+    .expect("valid");
+    assert_eq!(
+        file.endpoint("a").map(|e| e.retry().max_attempts()),
+        Some(2)
+    );
+    assert_eq!(
+        file.endpoint("b").and_then(|e| e.overall_timeout()),
+        Some(Duration::from_secs(1))
+    );
+    // A syntax error keeps its line in the whole document.
+    let error = toml_err("[endpoints.a]\n\n[endpoints.b]\nretry = { max_attempts = }\n");
+    assert!(
+        matches!(&error, PolicyError::Syntax { at, .. } if at.line == 4),
+        "{error}"
+    );
+}

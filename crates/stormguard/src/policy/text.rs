@@ -9,6 +9,7 @@
 
 use std::path::Path;
 
+use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::error::bounded;
@@ -96,7 +97,41 @@ pub(super) fn parse(
     })
 }
 
+/// Parses TOML one endpoint table at a time when the text allows, else as one document.
+///
+/// The TOML parser holds every token of a document at once, about forty times the text's
+/// size; a policy file is a list of `[endpoints."…"]` tables, so it is parsed table by
+/// table, which keeps the peak near the size of the policies themselves. Any piece that does
+/// not parse alone, or a name defined twice, sends the whole text through the one-document
+/// parse, so errors (and their lines) are exactly those of the whole document.
 fn toml_raw(text: &str) -> Result<RawFile, PolicyError> {
+    let mut merged = RawFile::default();
+    for piece in toml_pieces(text) {
+        let parsed = toml::de::DeTable::parse(piece)
+            .ok()
+            .and_then(|root| RawFile::deserialize(toml::Deserializer::from(root)).ok());
+        if !parsed.is_some_and(|raw| merged.merge(raw)) {
+            return toml_document(text);
+        }
+    }
+    Ok(merged)
+}
+
+/// `text` cut before each line that opens an `[endpoints.…]` table.
+fn toml_pieces(text: &str) -> Vec<&str> {
+    let mut starts = vec![0];
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if offset > 0 && line.trim_start().starts_with("[endpoints.") {
+            starts.push(offset);
+        }
+        offset += line.len();
+    }
+    starts.push(text.len());
+    starts.windows(2).map(|w| &text[w[0]..w[1]]).collect()
+}
+
+fn toml_document(text: &str) -> Result<RawFile, PolicyError> {
     let error = |field: String, e: toml::de::Error| PolicyError::Syntax {
         at: Location::of(text, e.span().map_or(0, |s| s.start)),
         field,
