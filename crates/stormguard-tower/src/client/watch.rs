@@ -6,6 +6,12 @@
 //! events of one save (create, write, rename, metadata) becomes one reload, read once the
 //! burst has been quiet for the debounce time. Each reload is [`Policies::reload`]: validated
 //! first, a bad file keeps the last good policies.
+//!
+//! Write the file as those tools do, a new file renamed over the old one: a file rewritten in
+//! place can be read half-written, and a prefix of a policy file may itself be a valid (and
+//! smaller) policy file. What survives a swap — a breaker's state, a budget's tokens, a
+//! health window, each kept while its own configuration is unchanged — is told at
+//! [`Policies::swap`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -33,6 +33,12 @@
 //! Durations are written as `"250ms"`, `"1s"`, `"1.5s"` (see [`crate::duration`]). JSON files
 //! have the same shape. Unknown fields are errors, so a typo cannot silently fall back to a
 //! default.
+//!
+//! [`PolicyFile::load`] reads a file by its extension; every error names the file, line,
+//! column and field, and quotes a bad value once, cut short. Every number has an upper bound
+//! ([`limits`] says which and why), fields are checked against each other (`min_call` below
+//! `overall`), and what is legal but probably not meant is reported by
+//! [`PolicyFile::warnings`] (attempts the per-try timeouts leave no room for).
 
 mod budget;
 mod error;
