@@ -184,6 +184,8 @@ pub(crate) fn invalid_budget(e: &InvalidBudget) -> crate::error::InvalidParam {
         InvalidBudget::RetryRatio(_) => "retry-ratio",
         InvalidBudget::Ttl(_) => "ttl",
         InvalidBudget::BudgetPercent(_) => "budget-percent",
+        InvalidBudget::MinRetriesPerSec(_) => "min-retries-per-sec",
+        InvalidBudget::MinRetryConcurrency(_) => "min-retry-concurrency",
     };
     crate::error::InvalidParam::new(flag, e.to_string())
 }

@@ -31,6 +31,17 @@ use std::time::Duration;
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;
 
+/// How many characters of a bad input an error quotes.
+pub const MAX_QUOTED: usize = 64;
+
+/// `s` itself when it has at most `max` characters, else its first `max` characters and `…`.
+pub(crate) fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_owned(),
+        Some((end, _)) => format!("{}…", &s[..end]),
+    }
+}
+
 /// Units accepted by [`parse_duration`], with their length in nanoseconds.
 const UNITS: [(&str, u128); 8] = [
     ("ns", 1),
@@ -57,7 +68,9 @@ const FORMAT_UNITS: [(&str, u128); 6] = [
 /// of nanoseconds, even in hours (3.6e12 ns = 2^13 · 3^2 · 5^11).
 const MAX_FRACTION_DIGITS: usize = 13;
 
-/// A duration string that could not be parsed. Each variant carries the offending input.
+/// A duration string that could not be parsed. Each variant carries the offending input, cut
+/// to its first [`MAX_QUOTED`] characters (a megabyte of junk is quoted as a short prefix and
+/// `…`, so an error message stays small whatever the input).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DurationError {
@@ -150,7 +163,7 @@ pub enum DurationError {
 /// );
 /// ```
 pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
-    let input = || s.to_owned();
+    let input = || cut(s, MAX_QUOTED);
     if s.is_empty() {
         return Err(DurationError::Empty);
     }
@@ -210,7 +223,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let Some(&(_, unit_nanos)) = UNITS.iter().find(|(name, _)| *name == unit) else {
         return Err(DurationError::UnknownUnit {
             input: input(),
-            unit: unit.to_owned(),
+            unit: cut(unit, MAX_QUOTED),
         });
     };
 

@@ -181,5 +181,6 @@ fn invalid(field: &str, error: impl std::fmt::Display) -> PolicyError {
     PolicyError::Invalid {
         field: field.to_owned(),
         rule: error.to_string(),
+        at: None,
     }
 }

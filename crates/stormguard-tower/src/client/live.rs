@@ -17,6 +17,7 @@ use stormguard::policy::{EndpointPolicy, PolicyError, PolicyFile};
 use stormguard::retry::RetryPolicy;
 
 use super::endpoint::{Builder, Endpoint};
+use super::reload::{ReloadStatus, StatusCell};
 use super::route::{DEFAULT_ROUTE, InvalidRoute, RoutePattern, best_match};
 use crate::observe::Observer;
 
@@ -89,6 +90,7 @@ pub(crate) struct LiveInner<O> {
     builder: Builder<O>,
     single: Option<String>,
     swapping: Mutex<()>,
+    pub(crate) status: StatusCell,
 }
 
 impl<O> Clone for Policies<O> {
@@ -116,12 +118,14 @@ impl<O: Observer> Policies<O> {
             Source::Routes(_) => None,
         };
         let table = build_table(&builder, &source, None)?;
+        let status = StatusCell::new(table.version);
         Ok(Policies {
             inner: Arc::new(LiveInner {
                 table: ArcSwap::from_pointee(table),
                 builder,
                 single,
                 swapping: Mutex::new(()),
+                status,
             }),
         })
     }
@@ -132,12 +136,26 @@ impl<O: Observer> Policies<O> {
     /// [`client::endpoint`](super) for what survives). Calls in flight finish on the policy
     /// they started with. A stack built for one endpoint ([`ClientLayer::new`](super::ClientLayer::new))
     /// takes that endpoint's policy from the file (or the file's `default`).
+    ///
+    /// This is the one entry point of a new policy, whether it comes from code (a policy
+    /// center), from [`reload`](Policies::reload) or from a file watcher; each outcome is
+    /// recorded in [`status`](Policies::status) and the metrics (see
+    /// [`client::reload`](super::reload)).
     pub fn swap(&self, file: &PolicyFile) -> Result<(), InvalidPolicies> {
         let _one_at_a_time = self
             .inner
             .swapping
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let result = self.swap_locked(file);
+        match &result {
+            Ok(()) => self.inner.status.succeeded(self.version(), file),
+            Err(error) => self.inner.status.failed(error),
+        }
+        result
+    }
+
+    fn swap_locked(&self, file: &PolicyFile) -> Result<(), InvalidPolicies> {
         let source = match &self.inner.single {
             None => Source::Routes(file.clone()),
             Some(name) => {
@@ -151,6 +169,7 @@ impl<O: Observer> Policies<O> {
                             field: format!("endpoints.{name:?}"),
                             rule: "the file has no policy for this endpoint (nor a default)"
                                 .to_owned(),
+                            at: None,
                         },
                     })?;
                 Source::Single(name.clone(), Box::new(policy))
@@ -167,9 +186,15 @@ impl<O: Observer> Policies<O> {
         self.inner.table.load().file.clone()
     }
 
-    /// A content hash of the policies in use (the same policies always hash the same).
+    /// A content hash of the policies in use (the same policies always hash the same). It
+    /// has 48 bits, so that the `stormguard_policy_version` gauge (an `f64`) holds it exactly.
     pub fn version(&self) -> u64 {
         self.inner.table.load().version
+    }
+
+    /// How the last swaps and reloads went: what the service shows on a status page.
+    pub fn status(&self) -> ReloadStatus {
+        self.inner.status.get()
     }
 }
 
@@ -228,7 +253,7 @@ fn build_table<O: Observer>(
             .map(|(name, e)| (name.clone(), e.policy.clone()))
             .collect(),
     );
-    let version = fnv1a(file.to_toml().as_bytes());
+    let version = fnv1a(file.to_toml().as_bytes()) >> 16;
     Ok(Table {
         routes,
         default,
@@ -244,4 +269,17 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
         (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
+}
+
+#[cfg(test)]
+impl<O> Policies<O> {
+    /// The breaker of endpoint `name` in use, to check that a swap carried it over.
+    pub(crate) fn breaker_of(&self, name: &str) -> Option<Arc<super::endpoint::Breaker<O>>> {
+        self.inner
+            .table
+            .load()
+            .by_name
+            .get(name)
+            .and_then(|e| e.breaker.clone())
+    }
 }

@@ -79,13 +79,19 @@ mod error;
 mod fallback;
 mod live;
 mod observer;
+pub mod reload;
 mod route;
+#[cfg(feature = "watch")]
+mod watch;
 
 pub use classify::ErrorClassifier;
 pub use error::Error;
 pub use fallback::{FALLBACK_HEADER, Fallback, FallbackFuture, FallbackRequest};
 pub use live::{InvalidPolicies, Policies};
+pub use reload::{ReloadError, ReloadStatus};
 pub use route::{DEFAULT_ROUTE, InvalidRoute, RoutePattern};
+#[cfg(feature = "watch")]
+pub use watch::{DEFAULT_DEBOUNCE, PolicyWatcher, WatchError};
 
 use std::future::Future;
 use std::pin::Pin;

@@ -46,10 +46,13 @@ pub struct ConcurrencyBudget {
 
 impl ConcurrencyBudget {
     /// Active retries may be `budget_percent` (0.0..=100.0) of active requests, and at least
-    /// `min_retry_concurrency`.
+    /// `min_retry_concurrency` (at most [`InvalidBudget::MAX_RESERVE`]).
     pub fn new(budget_percent: f64, min_retry_concurrency: u32) -> Result<Self, InvalidBudget> {
         if !budget_percent.is_finite() || !(0.0..=100.0).contains(&budget_percent) {
             return Err(InvalidBudget::BudgetPercent(budget_percent));
+        }
+        if min_retry_concurrency > InvalidBudget::MAX_RESERVE {
+            return Err(InvalidBudget::MinRetryConcurrency(min_retry_concurrency));
         }
         Ok(ConcurrencyBudget {
             active_requests: AtomicU64::new(0),

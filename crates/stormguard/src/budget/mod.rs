@@ -121,6 +121,25 @@ pub enum InvalidBudget {
     /// 0..=100.
     #[error("budget_percent must be a finite number in 0..=100, got {0}")]
     BudgetPercent(f64),
+    /// A ratio budget's reserve, `min_retries_per_sec`, must be at most
+    /// [`MAX_RESERVE`](InvalidBudget::MAX_RESERVE) (Finagle's default is 10).
+    ///
+    /// A reserve is for the quiet hours when too few requests arrive to earn retries; a reserve
+    /// larger than any downstream's request rate means the budget never refuses anything, which
+    /// is a budget switched off while it looks switched on.
+    #[error("min_retries_per_sec must be at most 1000, got {0}")]
+    MinRetriesPerSec(u32),
+    /// A concurrency budget's floor, `min_retry_concurrency`, must be at most
+    /// [`MAX_RESERVE`](InvalidBudget::MAX_RESERVE) (Envoy's default is 3), for the reason
+    /// given at [`InvalidBudget::MinRetriesPerSec`].
+    #[error("min_retry_concurrency must be at most 1000, got {0}")]
+    MinRetryConcurrency(u32),
+}
+
+impl InvalidBudget {
+    /// The largest reserve a budget accepts: `min_retries_per_sec` and
+    /// `min_retry_concurrency`.
+    pub const MAX_RESERVE: u32 = 1000;
 }
 
 /// No budget at all: every retry is allowed. The default of a retrier, and the baseline the

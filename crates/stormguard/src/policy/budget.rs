@@ -18,7 +18,7 @@ use crate::clock::Clock;
 /// budget = { kind = "ratio", retry_ratio = 0.2, ttl = "10s", min_retries_per_sec = 10 }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(from = "RawBudget", into = "RawBudget")]
 pub enum BudgetSpec {
     /// gRPC A6 `retryThrottling`.
     Grpc {
@@ -41,10 +41,8 @@ pub enum BudgetSpec {
         /// Fraction of requests that may be retried, 0..=1.
         retry_ratio: f64,
         /// The window, 1 s..=60 s.
-        #[serde(with = "crate::duration::serde_duration")]
         ttl: Duration,
         /// Retries per second always allowed.
-        #[serde(default)]
         min_retries_per_sec: u32,
     },
     /// Envoy: active retries up to a share of active requests.
@@ -52,13 +50,117 @@ pub enum BudgetSpec {
         /// Percent of active requests, 0..=100.
         budget_percent: f64,
         /// Retries always allowed in flight.
-        #[serde(default = "default_min_retry_concurrency")]
         min_retry_concurrency: u32,
     },
 }
 
 fn default_min_retry_concurrency() -> u32 {
     3
+}
+
+/// The file's form of a [`BudgetSpec`]. serde lets extra fields through on a unit variant of
+/// an internally tagged enum (`{ kind = "aws_standard", max_tokens = 5 }`), so the file
+/// writes `aws_standard` as an empty struct variant, whose unknown fields are refused.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum RawBudget {
+    Grpc {
+        max_tokens: u32,
+        token_ratio: f64,
+    },
+    SpendPerRetry {
+        max_tokens: u32,
+        token_ratio: f64,
+    },
+    AwsStandard {},
+    Ratio {
+        retry_ratio: f64,
+        #[serde(with = "crate::duration::serde_duration")]
+        ttl: Duration,
+        #[serde(default)]
+        min_retries_per_sec: u32,
+    },
+    Concurrency {
+        budget_percent: f64,
+        #[serde(default = "default_min_retry_concurrency")]
+        min_retry_concurrency: u32,
+    },
+}
+
+impl From<RawBudget> for BudgetSpec {
+    fn from(raw: RawBudget) -> Self {
+        match raw {
+            RawBudget::Grpc {
+                max_tokens,
+                token_ratio,
+            } => BudgetSpec::Grpc {
+                max_tokens,
+                token_ratio,
+            },
+            RawBudget::SpendPerRetry {
+                max_tokens,
+                token_ratio,
+            } => BudgetSpec::SpendPerRetry {
+                max_tokens,
+                token_ratio,
+            },
+            RawBudget::AwsStandard {} => BudgetSpec::AwsStandard,
+            RawBudget::Ratio {
+                retry_ratio,
+                ttl,
+                min_retries_per_sec,
+            } => BudgetSpec::Ratio {
+                retry_ratio,
+                ttl,
+                min_retries_per_sec,
+            },
+            RawBudget::Concurrency {
+                budget_percent,
+                min_retry_concurrency,
+            } => BudgetSpec::Concurrency {
+                budget_percent,
+                min_retry_concurrency,
+            },
+        }
+    }
+}
+
+impl From<BudgetSpec> for RawBudget {
+    fn from(spec: BudgetSpec) -> Self {
+        match spec {
+            BudgetSpec::Grpc {
+                max_tokens,
+                token_ratio,
+            } => RawBudget::Grpc {
+                max_tokens,
+                token_ratio,
+            },
+            BudgetSpec::SpendPerRetry {
+                max_tokens,
+                token_ratio,
+            } => RawBudget::SpendPerRetry {
+                max_tokens,
+                token_ratio,
+            },
+            BudgetSpec::AwsStandard => RawBudget::AwsStandard {},
+            BudgetSpec::Ratio {
+                retry_ratio,
+                ttl,
+                min_retries_per_sec,
+            } => RawBudget::Ratio {
+                retry_ratio,
+                ttl,
+                min_retries_per_sec,
+            },
+            BudgetSpec::Concurrency {
+                budget_percent,
+                min_retry_concurrency,
+            } => RawBudget::Concurrency {
+                budget_percent,
+                min_retry_concurrency,
+            },
+        }
+    }
 }
 
 impl BudgetSpec {
@@ -129,6 +231,8 @@ fn invalid(at: &FieldPath, error: InvalidBudget) -> PolicyError {
         InvalidBudget::RetryRatio(_) => "retry_ratio",
         InvalidBudget::Ttl(_) => "ttl",
         InvalidBudget::BudgetPercent(_) => "budget_percent",
+        InvalidBudget::MinRetriesPerSec(_) => "min_retries_per_sec",
+        InvalidBudget::MinRetryConcurrency(_) => "min_retry_concurrency",
     };
     at.field(field).invalid(error)
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::limits::{self, MAX_NAME_BYTES};
 use super::{
     BudgetSpec, EndpointPolicy, Fallback, FieldPath, HedgeDelaySpec, HedgeSpec, PolicyError,
     PolicyFile, Propagation, PropagationHeaders,
@@ -24,7 +25,7 @@ use crate::throttle::ThrottleConfig;
 /// gRPC A6 caps hedged attempts (and retries) at 5.
 const MAX_HEDGE_ATTEMPTS: u32 = 5;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawFile {
     #[serde(default)]
@@ -32,17 +33,47 @@ pub(super) struct RawFile {
 }
 
 impl RawFile {
-    pub(super) fn into_file(self) -> Result<PolicyFile, PolicyError> {
+    /// Adds `other`'s endpoints; `false` (and `self` partly merged) when a name is in both.
+    pub(super) fn merge(&mut self, other: RawFile) -> bool {
+        for (name, endpoint) in other.endpoints {
+            if self.endpoints.insert(name, endpoint).is_some() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The validated file; an error comes with the name of the endpoint it is in.
+    pub(super) fn into_file(self) -> Result<PolicyFile, (String, PolicyError)> {
         let endpoints = self
             .endpoints
             .into_iter()
             .map(|(name, raw)| {
-                let policy = raw.into_policy(&FieldPath::endpoint(&name))?;
-                Ok((name, policy))
+                let at = FieldPath::endpoint(&name);
+                let policy = check_name(&name, &at).and_then(|()| raw.into_policy(&at));
+                match policy {
+                    Ok(policy) => Ok((name, policy)),
+                    Err(e) => Err((name, e)),
+                }
             })
-            .collect::<Result<_, PolicyError>>()?;
+            .collect::<Result<_, _>>()?;
         Ok(PolicyFile { endpoints })
     }
+}
+
+fn check_name(name: &str, at: &FieldPath) -> Result<(), PolicyError> {
+    if name.trim().is_empty() {
+        return Err(
+            at.invalid("an endpoint's name is a route (\"POST /pay\") or \"default\", not blank")
+        );
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(at.invalid(format!(
+            "an endpoint's name is at most {MAX_NAME_BYTES} bytes, got {}",
+            name.len()
+        )));
+    }
+    Ok(())
 }
 
 impl From<&PolicyFile> for RawFile {
@@ -332,7 +363,7 @@ impl TryFrom<RawEndpoint> for EndpointPolicy {
     type Error = PolicyError;
 
     fn try_from(raw: RawEndpoint) -> Result<Self, PolicyError> {
-        raw.into_policy(&FieldPath(String::new()))
+        raw.into_policy(&FieldPath::root(""))
     }
 }
 
@@ -640,6 +671,7 @@ impl From<EndpointPolicy> for RawEndpoint {
 
 /// Checks a policy's fields and the rules between them; `at` names the endpoint in errors.
 pub(super) fn check(policy: &EndpointPolicy, at: &FieldPath) -> Result<(), PolicyError> {
+    limits::check(policy, at)?;
     let timeouts = at.field("timeouts");
     let retry = &policy.retry;
     for (name, value) in [
@@ -655,6 +687,14 @@ pub(super) fn check(policy: &EndpointPolicy, at: &FieldPath) -> Result<(), Polic
         if per_try > overall {
             return Err(timeouts.field("per_try").invalid(format!(
                 "{per_try:?} is longer than the overall timeout {overall:?}"
+            )));
+        }
+    }
+    if let Some(overall) = policy.overall_timeout {
+        let min_call = retry.min_call();
+        if min_call > Duration::ZERO && min_call >= overall {
+            return Err(at.field("retry").field("min_call").invalid(format!(
+                "{min_call:?} is not below the overall timeout {overall:?}: no retry could ever start"
             )));
         }
     }

@@ -33,12 +33,21 @@
 //! Durations are written as `"250ms"`, `"1s"`, `"1.5s"` (see [`crate::duration`]). JSON files
 //! have the same shape. Unknown fields are errors, so a typo cannot silently fall back to a
 //! default.
+//!
+//! [`PolicyFile::load`] reads a file by its extension; every error names the file, line,
+//! column and field, and quotes a bad value once, cut short. Every number has an upper bound
+//! ([`limits`] says which and why), fields are checked against each other (`min_call` below
+//! `overall`), and what is legal but probably not meant is reported by
+//! [`PolicyFile::warnings`] (attempts the per-try timeouts leave no room for).
 
 mod budget;
+mod error;
 mod file;
+pub mod limits;
+mod text;
 
 use std::collections::BTreeMap;
-use std::fmt;
+use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -50,6 +59,8 @@ use crate::retry::RetryPolicy;
 use crate::throttle::ThrottleConfig;
 
 pub use budget::BudgetSpec;
+pub(crate) use error::FieldPath;
+pub use error::{Location, PolicyError, PolicyWarning};
 
 /// How to call one endpoint: the whole client stack's configuration, validated.
 ///
@@ -237,8 +248,41 @@ impl EndpointPolicy {
 
     /// Checks every field and the rules between them; the error names the first broken one.
     pub fn validate(self) -> Result<Self, PolicyError> {
-        file::check(&self, &FieldPath(String::new()))?;
+        file::check(&self, &FieldPath::root(""))?;
         Ok(self)
+    }
+
+    /// What is legal but probably not meant: attempts that can never run because the
+    /// per-try timeouts of the attempts before them fill the overall timeout.
+    pub fn warnings(&self) -> Vec<PolicyWarning> {
+        self.warnings_at(&FieldPath::root(""))
+    }
+
+    fn warnings_at(&self, at: &FieldPath) -> Vec<PolicyWarning> {
+        let retry = &self.retry;
+        let (Some(per_try), Some(overall)) = (retry.per_try_timeout(), self.overall_timeout) else {
+            return Vec::new();
+        };
+        // Attempt k starts after the k - 1 before it, at the latest when each took its whole
+        // per-try timeout, and runs only with at least `min_call` left.
+        let never = (2..=retry.max_attempts()).find(|&k| {
+            per_try
+                .saturating_mul(k - 1)
+                .saturating_add(retry.min_call())
+                >= overall
+        });
+        match never {
+            None => Vec::new(),
+            Some(first) => vec![PolicyWarning {
+                field: at.field("retry").field("max_attempts").to_string(),
+                message: format!(
+                    "attempts {first}..={} never run when the attempts before them time out: \
+                     {} x per_try {per_try:?} does not fit in overall {overall:?}",
+                    retry.max_attempts(),
+                    retry.max_attempts()
+                ),
+            }],
+        }
     }
 
     /// The retry policy.
@@ -318,18 +362,35 @@ impl PolicyFile {
         PolicyFile { endpoints }
     }
 
-    /// Parses and validates a TOML policy file.
-    pub fn from_toml(text: &str) -> Result<Self, PolicyError> {
-        let raw: file::RawFile =
-            toml::from_str(text).map_err(|e| PolicyError::Syntax(e.to_string()))?;
-        raw.into_file()
+    /// Reads, parses and validates the policy file at `path`: TOML when its name ends in
+    /// `.toml`, JSON when it ends in `.json`. An error names the file, the line and column,
+    /// and the field (`endpoints."POST /pay".retry.max_attempts`).
+    ///
+    /// An empty file (or one of whitespace only) holds no endpoints, in both formats. A file
+    /// over [`limits::MAX_FILE_BYTES`] is refused unread.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, PolicyError> {
+        text::load(path.as_ref())
     }
 
-    /// Parses and validates a JSON policy file.
+    /// Parses and validates a TOML policy file; an error names the line and column and the
+    /// field.
+    pub fn from_toml(text: &str) -> Result<Self, PolicyError> {
+        text::parse(text, text::Format::Toml, None)
+    }
+
+    /// Parses and validates a JSON policy file; an error names the line and column and the
+    /// field.
     pub fn from_json(text: &str) -> Result<Self, PolicyError> {
-        let raw: file::RawFile =
-            serde_json::from_str(text).map_err(|e| PolicyError::Syntax(e.to_string()))?;
-        raw.into_file()
+        text::parse(text, text::Format::Json, None)
+    }
+
+    /// What is legal but probably not meant, endpoint by endpoint (see
+    /// [`EndpointPolicy::warnings`]).
+    pub fn warnings(&self) -> Vec<PolicyWarning> {
+        self.endpoints
+            .iter()
+            .flat_map(|(name, policy)| policy.warnings_at(&FieldPath::endpoint(name)))
+            .collect()
     }
 
     /// The file as TOML, in the shape [`PolicyFile::from_toml`] reads back.
@@ -359,51 +420,9 @@ impl PolicyFile {
     }
 }
 
-/// A policy that could not be used: where, and which rule.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PolicyError {
-    /// The text is not valid TOML/JSON for this shape (unknown field, wrong type, a
-    /// malformed duration, …); the message names the key and position.
-    #[error("cannot parse policy file: {0}")]
-    Syntax(String),
-    /// A value breaks a rule.
-    #[error("{field}: {rule}")]
-    Invalid {
-        /// The path of the field, e.g. `endpoints."POST /pay".retry.max_attempts`.
-        field: String,
-        /// The rule broken.
-        rule: String,
-    },
-}
-
-/// A dotted path to a field, for error messages.
-#[derive(Clone, Debug)]
-pub(crate) struct FieldPath(String);
-
-impl FieldPath {
-    fn root(name: &str) -> Self {
-        FieldPath(name.to_owned())
-    }
-
-    fn endpoint(name: &str) -> Self {
-        FieldPath(format!("endpoints.{name:?}"))
-    }
-
-    fn field(&self, name: &str) -> FieldPath {
-        if self.0.is_empty() {
-            FieldPath(name.to_owned())
-        } else {
-            FieldPath(format!("{}.{name}", self.0))
-        }
-    }
-
-    fn invalid(&self, rule: impl fmt::Display) -> PolicyError {
-        PolicyError::Invalid {
-            field: self.0.clone(),
-            rule: rule.to_string(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_bad_input;
+#[cfg(test)]
+mod tests_props;

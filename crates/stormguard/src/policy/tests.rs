@@ -29,14 +29,14 @@ const GOOD: &str = r#"
 
 fn invalid(text: &str) -> (String, String) {
     match PolicyFile::from_toml(text) {
-        Err(PolicyError::Invalid { field, rule }) => (field, rule),
+        Err(PolicyError::Invalid { field, rule, .. }) => (field, rule),
         other => panic!("expected a rule error, got {other:?}"),
     }
 }
 
 fn syntax(text: &str) -> String {
     match PolicyFile::from_toml(text) {
-        Err(PolicyError::Syntax(message)) => message,
+        Err(PolicyError::Syntax { field, message, .. }) => format!("{field}: {message}"),
         other => panic!("expected a syntax error, got {other:?}"),
     }
 }
@@ -250,7 +250,8 @@ fn a_policy_built_in_code_is_checked_by_the_same_rules() {
         err,
         PolicyError::Invalid {
             field: "timeouts.per_try".to_owned(),
-            rule: "2s is longer than the overall timeout 1s".to_owned()
+            rule: "2s is longer than the overall timeout 1s".to_owned(),
+            at: None,
         }
     );
     let single: EndpointPolicy =
@@ -311,7 +312,8 @@ proptest! {
             Err(PolicyError::Invalid { field, .. }) => {
                 prop_assert!(field.starts_with("endpoints.\"e\"."), "{}", field);
             }
-            Err(PolicyError::Syntax(message)) => {
+            Err(e @ PolicyError::Read { .. }) => prop_assert!(false, "{}", e),
+            Err(PolicyError::Syntax { message, .. }) => {
                 // Only what TOML itself cannot hold (an infinite float is `inf`) may fail here.
                 prop_assert!(!token_ratio.is_finite() || !multiplier.is_finite(), "{}", message);
             }

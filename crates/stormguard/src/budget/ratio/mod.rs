@@ -114,6 +114,9 @@ impl RatioBudget {
         if ttl < Duration::from_secs(1) || ttl > Duration::from_secs(60) {
             return Err(InvalidBudget::Ttl(ttl));
         }
+        if min_retries_per_sec > InvalidBudget::MAX_RESERVE {
+            return Err(InvalidBudget::MinRetriesPerSec(min_retries_per_sec));
+        }
         let ttl_millis = u64::try_from(ttl.as_millis()).unwrap_or(60_000);
         let reserve_retries =
             (u128::from(min_retries_per_sec) * u128::from(ttl_millis)).div_ceil(1000);

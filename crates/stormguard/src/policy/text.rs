@@ -1,0 +1,225 @@
+//! Reading a policy from text: TOML or JSON, with every error placed at a line and column
+//! and named by its field path.
+//!
+//! Both formats go through `serde_path_to_error`, so a wrong type deep in a JSON file names
+//! its field (`endpoints."GET /a".retry.max_attempts`) as a TOML one does, not only a byte
+//! position. A rule broken by a value (checked after parsing) is placed by walking the text's
+//! tree to that field, or to the nearest enclosing table the text writes when the field was
+//! left to its default; this second walk happens only on error.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::error::bounded;
+use super::file::RawFile;
+use super::limits::MAX_FILE_BYTES;
+use super::{FieldPath, Location, PolicyError, PolicyFile};
+use crate::duration::{MAX_QUOTED, cut};
+
+/// The two formats a policy is written in.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Format {
+    Toml,
+    Json,
+}
+
+pub(super) fn load(path: &Path) -> Result<PolicyFile, PolicyError> {
+    let read = |message: String| PolicyError::Read {
+        file: path.to_owned(),
+        message: bounded(&message),
+    };
+    let format = match path.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("toml") => Format::Toml,
+        Some(e) if e.eq_ignore_ascii_case("json") => Format::Json,
+        _ => {
+            return Err(read(
+                "a policy file's name ends in .toml or .json (that is how its format is known)"
+                    .to_owned(),
+            ));
+        }
+    };
+    let size = std::fs::metadata(path)
+        .map_err(|e| read(e.to_string()))?
+        .len();
+    if size > MAX_FILE_BYTES {
+        return Err(read(format!(
+            "{size} bytes is larger than the {MAX_FILE_BYTES}-byte maximum of a policy file"
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(|e| read(e.to_string()))?;
+    let text = String::from_utf8(bytes).map_err(|e| read(format!("not UTF-8: {e}")))?;
+    parse(&text, format, Some(path))
+}
+
+pub(super) fn parse(
+    text: &str,
+    format: Format,
+    file: Option<&Path>,
+) -> Result<PolicyFile, PolicyError> {
+    let located = |e: PolicyError| match file {
+        Some(file) => e.in_file(file),
+        None => e,
+    };
+    // An empty file is an empty policy in both formats (TOML reads it so already).
+    if text.trim().is_empty() {
+        return Ok(PolicyFile::default());
+    }
+    let raw = match format {
+        Format::Toml => toml_raw(text),
+        Format::Json => json_raw(text),
+    }
+    .map_err(located)?;
+    raw.into_file().map_err(|(name, error)| {
+        let PolicyError::Invalid { field, rule, .. } = error else {
+            return located(error);
+        };
+        let prefix = FieldPath::endpoint(&name).to_string();
+        let rest = field
+            .strip_prefix(&prefix)
+            .unwrap_or_default()
+            .split('.')
+            .filter(|s| !s.is_empty());
+        let keys: Vec<&str> = ["endpoints", name.as_str()]
+            .into_iter()
+            .chain(rest)
+            .collect();
+        let offset = match format {
+            Format::Toml => toml_offset(text, &keys),
+            Format::Json => json_offset(text, &keys),
+        };
+        located(PolicyError::Invalid {
+            field,
+            rule,
+            at: Some(Location::of(text, offset)),
+        })
+    })
+}
+
+/// Parses TOML one endpoint table at a time when the text allows, else as one document.
+///
+/// The TOML parser holds every token of a document at once, about forty times the text's
+/// size; a policy file is a list of `[endpoints."…"]` tables, so it is parsed table by
+/// table, which keeps the peak near the size of the policies themselves. Any piece that does
+/// not parse alone, or a name defined twice, sends the whole text through the one-document
+/// parse, so errors (and their lines) are exactly those of the whole document.
+fn toml_raw(text: &str) -> Result<RawFile, PolicyError> {
+    let mut merged = RawFile::default();
+    for piece in toml_pieces(text) {
+        let parsed = toml::de::DeTable::parse(piece)
+            .ok()
+            .and_then(|root| RawFile::deserialize(toml::Deserializer::from(root)).ok());
+        if !parsed.is_some_and(|raw| merged.merge(raw)) {
+            return toml_document(text);
+        }
+    }
+    Ok(merged)
+}
+
+/// `text` cut before each line that opens an `[endpoints.…]` table.
+fn toml_pieces(text: &str) -> Vec<&str> {
+    let mut starts = vec![0];
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if offset > 0 && line.trim_start().starts_with("[endpoints.") {
+            starts.push(offset);
+        }
+        offset += line.len();
+    }
+    starts.push(text.len());
+    starts.windows(2).map(|w| &text[w[0]..w[1]]).collect()
+}
+
+fn toml_document(text: &str) -> Result<RawFile, PolicyError> {
+    let error = |field: String, e: toml::de::Error| PolicyError::Syntax {
+        at: Location::of(text, e.span().map_or(0, |s| s.start)),
+        field,
+        message: bounded(e.message().trim_end()),
+    };
+    let root = toml::de::DeTable::parse(text).map_err(|e| error(String::new(), e))?;
+    serde_path_to_error::deserialize(toml::Deserializer::from(root)).map_err(|e| {
+        let field = path(e.path());
+        error(field, e.into_inner())
+    })
+}
+
+fn json_raw(text: &str) -> Result<RawFile, PolicyError> {
+    let error = |field: String, e: serde_json::Error| {
+        let message = e.to_string();
+        let suffix = format!(" at line {} column {}", e.line(), e.column());
+        PolicyError::Syntax {
+            at: Location {
+                file: None,
+                line: e.line(),
+                column: e.column(),
+            },
+            field,
+            message: bounded(message.strip_suffix(&suffix).unwrap_or(&message)),
+        }
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    let raw = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let field = path(e.path());
+        error(field, e.into_inner())
+    })?;
+    de.end().map_err(|e| error(String::new(), e))?;
+    Ok(raw)
+}
+
+/// A serde path in the policy's own notation: the endpoint's name quoted and cut, as
+/// [`FieldPath`] writes it.
+fn path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for (depth, segment) in path.iter().enumerate() {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                if depth == 1 {
+                    out.push_str(&format!("{:?}", cut(key, MAX_QUOTED)));
+                } else {
+                    out.push_str(&cut(key, MAX_QUOTED));
+                }
+            }
+            Segment::Unknown => out.push_str(".?"),
+        }
+    }
+    out
+}
+
+/// The byte offset of the deepest of `keys` the TOML text writes.
+fn toml_offset(text: &str, keys: &[&str]) -> usize {
+    let Ok(root) = toml::de::DeTable::parse(text) else {
+        return 0;
+    };
+    let mut offset = root.span().start;
+    let root = toml::de::DeValue::Table(root.into_inner());
+    let mut value = &root;
+    for key in keys {
+        let Some(next) = value.get(*key) else { break };
+        offset = next.span().start;
+        value = next.get_ref();
+    }
+    offset
+}
+
+/// The byte offset of the deepest of `keys` the JSON text writes.
+fn json_offset(text: &str, keys: &[&str]) -> usize {
+    let mut offset = 0;
+    let mut current = text;
+    for key in keys {
+        let Ok(object) =
+            serde_json::from_str::<std::collections::BTreeMap<String, &RawValue>>(current)
+        else {
+            break;
+        };
+        let Some(next) = object.get(*key) else { break };
+        current = next.get();
+        offset = current.as_ptr() as usize - text.as_ptr() as usize;
+    }
+    offset
+}
