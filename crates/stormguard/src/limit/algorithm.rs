@@ -33,7 +33,7 @@ pub struct WindowSample {
 /// use std::time::Duration;
 /// use stormguard::limit::{Aimd, LimitAlgorithm, WindowSample};
 ///
-/// let mut aimd = LimitAlgorithm::from(Aimd::new().with_limits(10, 10, 100));
+/// let mut aimd = LimitAlgorithm::from(Aimd::new().with_limits(5, 10, 100));
 /// let full = WindowSample {
 ///     rtt: Duration::from_millis(5),
 ///     min_rtt: Duration::from_millis(4),
