@@ -229,22 +229,36 @@ where
             let response = shed(&shared, ShedReason::Deadline, form);
             return Box::pin(std::future::ready(response));
         }
-        let immediate = shared.limiter.try_acquire(partition, arrived).ok();
+        // A slot taken here is held by a guard at once: a response future dropped before it
+        // is polled still gives it back.
+        let immediate = shared
+            .limiter
+            .try_acquire(partition, arrived)
+            .ok()
+            .map(|ticket| Slot {
+                shared: Arc::clone(&shared),
+                ticket: Some(ticket),
+            });
         // The handler's future is made now (routing, no handler work) and polled only once
         // admitted.
         let handler = self.inner.call(req);
         Box::pin(async move {
-            let (ticket, waited) = match immediate {
-                Some(ticket) => (ticket, None),
+            let slot = match immediate {
+                Some(slot) => {
+                    shared.counters.admitted(None);
+                    slot
+                }
                 None => match wait_for_slot(&shared, partition, arrived, deadline.as_ref()).await {
-                    Ok(ticket) => (ticket, Some(now().saturating_duration_since(arrived))),
+                    Ok(ticket) => {
+                        let waited = now().saturating_duration_since(arrived);
+                        shared.counters.admitted(Some(waited));
+                        Slot {
+                            shared: Arc::clone(&shared),
+                            ticket: Some(ticket),
+                        }
+                    }
                     Err(reason) => return shed(&shared, reason, form),
                 },
-            };
-            shared.counters.admitted(waited);
-            let slot = Slot {
-                shared: Arc::clone(&shared),
-                ticket: Some(ticket),
             };
             let result = handler.await;
             match &result {
