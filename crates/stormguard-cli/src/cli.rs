@@ -11,7 +11,7 @@ use stormguard_sim::budgets::{BudgetKind, BudgetParams};
 use stormguard_sim::scenario::budget::{BudgetConfig, FailurePattern};
 use stormguard_sim::scenario::chain::{ChainConfig, ChainMode};
 use stormguard_sim::scenario::occ::OccConfig;
-use stormguard_sim::scenario::overload::{OverloadConfig, Protection, Trigger};
+use stormguard_sim::scenario::overload::{LimitKind, OverloadConfig, Protection, Trigger};
 use stormguard_sim::scenario::storm::StormConfig;
 use stormguard_sim::strategy::Strategy;
 
@@ -379,11 +379,14 @@ pub(crate) struct OverloadArgs {
     /// The budget of the budget protections: none, seeds, grpc, aws, ratio, concurrency.
     #[arg(long, default_value = "grpc", value_parser = parse::budget_kind)]
     budget: BudgetKind,
-    /// Rows: comma-separated of none, budget, jitter-deadline, all.
+    /// The server's limit algorithm in the limit protection: aimd, vegas, gradient2.
+    #[arg(long, default_value = "vegas", value_parser = parse::limit_kind)]
+    limit_algorithm: LimitKind,
+    /// Rows: comma-separated of none, budget, jitter-deadline, all, limit.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "none,budget,jitter-deadline",
+        default_value = "none,budget,jitter-deadline,limit",
         value_parser = parse::protection
     )]
     protection: Vec<Protection>,
@@ -414,6 +417,7 @@ impl OverloadArgs {
             cap: self.cap,
             budget: self.budget,
             budget_params: self.numbers.params(),
+            limit: self.limit_algorithm,
             protections: self.protection.clone(),
             seed: self.out.seed,
         }

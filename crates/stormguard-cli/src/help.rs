@@ -108,7 +108,10 @@ extra requests per second) starts at --trigger-at and lasts --trigger-for. Prote
 printed side by side: none (retry at once); budget (the same within a shared --budget,
 gRPC A6 by default); jitter-deadline (full-jitter backoff from --base, a caller deadline of
 --deadline checked before each retry against backoff + --min-call, and carried to the
-server, which refuses work whose caller has given up); all.
+server, which refuses work whose caller has given up); all; limit (the server protects
+itself: the core's adaptive concurrency limit, --limit-algorithm, and deadline shedding,
+with clients that still retry at once and without a budget; a shed request costs the
+server nothing, so only admitted work counts toward the slowdown).
 
 What the figures mean: the defaults are Bronson et al.'s metastable failure — 280 req/s
 against capacity 300, 1 s timeout, one retry, a 10 s outage. Without protection the retries
@@ -117,13 +120,14 @@ retries, not the trigger, sustain the overload. A budget stops the retries; a de
 stops retries that cannot help and work nobody waits for; either recovers. After a spike
 only the deadline recovers (a budget alone leaves the server working through stale
 queue); with --deadline 2s the jitter row stays stuck: jitter spreads load, it does not
-remove it.
+remove it. The limit row recovers within about a second of the outage's end although the
+clients retry blindly, and holds goodput near capacity at --rate 600 or 900.
 
 --plot: one panel per protection, goodput and offered load with the trigger shaded.
 
 JSON keys per row: scenario, strategy (the protection), label, parameters, goodput_before,
 offered_before, offered_peak, after_window_s, goodput_after, offered_after, latency_after_ms, recovered,
-recovery_s, wasted, expired, series (t_s, offered, goodput, latency_ms per bin).";
+recovery_s, wasted, expired, shed, series (t_s, offered, goodput, latency_ms per bin).";
 
 /// `stormguard simulate occ --help`.
 pub(crate) const OCC: &str = "\

@@ -9,7 +9,7 @@ use stormguard::duration::parse_duration;
 use stormguard_sim::budgets::BudgetKind;
 use stormguard_sim::scenario::budget::FailurePattern;
 use stormguard_sim::scenario::chain::ChainMode;
-use stormguard_sim::scenario::overload::{Protection, Trigger};
+use stormguard_sim::scenario::overload::{LimitKind, Protection, Trigger};
 use stormguard_sim::strategy::Strategy;
 
 /// A duration such as `200ms` or `1.5s` (the core's grammar: a unit is required).
@@ -42,6 +42,11 @@ pub(crate) fn budget_kind(s: &str) -> Result<BudgetKind, String> {
 /// An overload protection name.
 pub(crate) fn protection(s: &str) -> Result<Protection, String> {
     one_of(s, &Protection::ALL, Protection::name)
+}
+
+/// A limit algorithm name.
+pub(crate) fn limit_kind(s: &str) -> Result<LimitKind, String> {
+    one_of(s, &LimitKind::ALL, LimitKind::name)
 }
 
 /// An overload trigger name.

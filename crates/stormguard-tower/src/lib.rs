@@ -42,6 +42,7 @@
 //! | layer | what it does |
 //! | --- | --- |
 //! | [`DeadlineLayer`] | server: reads the incoming deadline (`grpc-timeout`, `connect-timeout-ms`, `x-envoy-expected-rq-timeout-ms`, `X-Request-Deadline`), refuses expired requests, runs the handler under it and cancels it when it passes (504 / `DEADLINE_EXCEEDED`) |
+//! | [`limit::AdaptiveLimitLayer`] | server: works on at most an adaptive number of requests at once (Vegas, AIMD, Gradient2), sheds requests whose deadline is too close first, queues briefly (CoDel, adaptive LIFO), answers 503 + `Retry-After` / `RESOURCE_EXHAUSTED` + pushback |
 //! | [`PropagateDeadlineLayer`] | client: writes the current deadline minus the hop reserve on the outgoing request, and does not send when less than the minimum useful call time is left |
 //! | [`retry::RetryLayer`] | client: the stack's retrying alone, for composing by hand |
 //! | [`hedge::HedgeLayer`] | client: the stack's hedging alone (gRPC A6), for composing by hand |
@@ -87,6 +88,7 @@ pub mod client;
 pub mod deadline;
 pub mod fault;
 pub mod hedge;
+pub mod limit;
 pub mod metric_names;
 pub mod observe;
 #[cfg(feature = "reqwest")]

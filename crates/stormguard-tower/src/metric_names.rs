@@ -21,6 +21,10 @@
 //! | [`DEADLINE_HEADER_ERRORS`] | counter | `header` | malformed incoming deadline headers |
 //! | [`ATTEMPT_DURATION`] | histogram | `endpoint` | seconds per attempt |
 //! | [`RETRY_DELAY`] | histogram | `endpoint` | seconds waited before each retry |
+//! | [`CONCURRENCY_LIMIT`] | gauge | | the server limit layer's current limit |
+//! | [`CONCURRENCY_IN_FLIGHT`] | gauge | | requests the server limit layer has in flight |
+//! | [`LIMIT_QUEUE_DELAY`] | histogram | | seconds admitted requests waited in the limit layer's queue |
+//! | [`LIMIT_SHED`] | counter | `reason` | requests the limit layer shed: `deadline`, `queue_full`, `queue_timeout` |
 
 /// Counter of logical requests, labelled `endpoint` and `outcome`.
 pub const REQUESTS: &str = "stormguard_requests_total";
@@ -48,3 +52,11 @@ pub const DEADLINE_HEADER_ERRORS: &str = "stormguard_deadline_header_errors_tota
 pub const ATTEMPT_DURATION: &str = "stormguard_attempt_duration_seconds";
 /// Histogram of retry delays in seconds.
 pub const RETRY_DELAY: &str = "stormguard_retry_delay_seconds";
+/// Gauge of the server's adaptive concurrency limit.
+pub const CONCURRENCY_LIMIT: &str = "stormguard_concurrency_limit";
+/// Gauge of the requests the limit layer has in flight.
+pub const CONCURRENCY_IN_FLIGHT: &str = "stormguard_concurrency_in_flight";
+/// Histogram of the seconds admitted requests waited in the limit layer's queue.
+pub const LIMIT_QUEUE_DELAY: &str = "stormguard_limit_queue_delay_seconds";
+/// Counter of requests the limit layer shed, labelled `reason` (`deadline`, `queue_full`, `queue_timeout`).
+pub const LIMIT_SHED: &str = "stormguard_shed_total";

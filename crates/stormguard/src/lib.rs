@@ -18,6 +18,7 @@
 //! | [`throttle`] | whether to send a request to an overloaded backend (Google SRE adaptive throttling) |
 //! | [`retry`] | the retrier that combines them, and the pure decision it is built on |
 //! | [`hedge`] | when to send another copy of a slow request (gRPC A6 hedging), paid from the retry budget |
+//! | [`limit`] | how many requests a server works on at once: adaptive concurrency limits (AIMD, Vegas, Gradient2) |
 //! | [`fault`] | latency, error statuses and resets injected on purpose, at run-time switchable rates |
 //! | [`policy`] | one endpoint's whole client policy (retry or hedge, timeouts, budget, breaker, throttle, deadline propagation, fallback), and the TOML/JSON files that hold them, validated at load |
 //!
@@ -67,6 +68,7 @@ pub mod duration;
 pub mod fault;
 pub mod health;
 pub mod hedge;
+pub mod limit;
 #[cfg(feature = "policy")]
 pub mod policy;
 pub mod retry;

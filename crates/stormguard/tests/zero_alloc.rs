@@ -169,3 +169,18 @@ fn the_counter_sees_allocations() {
         "the counting allocator must count"
     );
 }
+
+#[test]
+fn limiter_admit_and_release_allocate_nothing() {
+    use stormguard::limit::{Limiter, LimiterConfig, Vegas};
+    let clock = Clock::system();
+    let limiter = Limiter::new(LimiterConfig::new(Vegas::new()), &clock).expect("valid");
+    let before = allocations();
+    // Enough calls, over enough time, to close windows and run the algorithm too.
+    for _ in 0..100_000 {
+        let ticket = limiter.try_acquire(0, clock.now()).expect("room");
+        limiter.release(ticket, clock.now(), Outcome::Success);
+    }
+    assert_eq!(allocations() - before, 0);
+    assert_eq!(limiter.in_flight(), 0);
+}

@@ -70,7 +70,7 @@
 
 mod error;
 mod propagate;
-mod reply;
+pub(crate) mod reply;
 mod server;
 
 pub use error::InvalidDeadlineConfig;

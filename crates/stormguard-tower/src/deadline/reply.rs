@@ -13,12 +13,14 @@
 //!   with a plain 504 instead would surface as an `UNKNOWN` or `UNAVAILABLE` error, not as
 //!   `DEADLINE_EXCEEDED`.
 
+use std::time::Duration;
+
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use http_body_util::{Either, Full};
 
-use crate::wire::{GRPC_MESSAGE, GRPC_STATUS, Protocol};
+use crate::wire::{GRPC_MESSAGE, GRPC_PUSHBACK, GRPC_STATUS, Protocol};
 
 /// The response body of [`Deadline`](super::Deadline): the inner service's body, or the
 /// layer's own short body when it answered by itself.
@@ -31,6 +33,8 @@ pub type DeadlineBody<B> = Either<B, Full<Bytes>>;
 const GRPC_INVALID_ARGUMENT: &str = "3";
 /// gRPC status code `DEADLINE_EXCEEDED`.
 const GRPC_DEADLINE_EXCEEDED: &str = "4";
+/// gRPC status code `RESOURCE_EXHAUSTED`.
+const GRPC_RESOURCE_EXHAUSTED: &str = "8";
 
 /// How to answer one request: decided from its headers before the handler runs, because the
 /// handler takes the request.
@@ -71,6 +75,31 @@ impl ReplyForm {
     /// 400 for HTTP, `INVALID_ARGUMENT` for gRPC and gRPC-Web, with `reason` as the message.
     pub(crate) fn invalid_header<B>(self, reason: &str) -> Response<DeadlineBody<B>> {
         self.reply(StatusCode::BAD_REQUEST, GRPC_INVALID_ARGUMENT, reason)
+    }
+
+    /// The server shed the request: 503 with `Retry-After` (whole seconds, rounded up) for
+    /// HTTP; `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms` for gRPC and gRPC-Web (gRPC
+    /// A6: the client waits that long before retrying). Either way a stormguard client reads
+    /// it as overloaded and does not retry sooner.
+    pub(crate) fn overloaded<B>(
+        self,
+        retry_after: Duration,
+        reason: &str,
+    ) -> Response<DeadlineBody<B>> {
+        let grpc = !matches!(self, ReplyForm::Http);
+        let mut response = self.reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            GRPC_RESOURCE_EXHAUSTED,
+            reason,
+        );
+        let headers = response.headers_mut();
+        let millis = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
+        if grpc {
+            headers.insert(GRPC_PUSHBACK, HeaderValue::from(millis));
+        } else {
+            headers.insert(RETRY_AFTER, HeaderValue::from(millis.div_ceil(1000)));
+        }
+        response
     }
 
     fn reply<B>(
@@ -188,6 +217,19 @@ mod tests {
         );
         assert_eq!(response.headers()["grpc-status"], "3");
         assert_eq!(response.headers()["grpc-message"], "bad");
+    }
+
+    #[test]
+    fn overloaded_replies_carry_the_pushback() {
+        let response =
+            ReplyForm::Http.overloaded::<Full<Bytes>>(Duration::from_millis(1200), "shed");
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()["retry-after"], "2");
+        let response =
+            form("application/grpc").overloaded::<Full<Bytes>>(Duration::from_millis(1200), "shed");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["grpc-status"], "8");
+        assert_eq!(response.headers()["grpc-retry-pushback-ms"], "1200");
     }
 
     #[test]

@@ -37,7 +37,23 @@
 //!   still help; the server never works for nobody. It recovers too. With a deadline much
 //!   longer than the timeout (`--deadline 2s`) retries fit again and the run stays stuck:
 //!   jitter spreads load, it does not remove it;
-//! - `all`: budget, jitter and deadline together.
+//! - `all`: budget, jitter and deadline together;
+//! - `limit`: the server protects itself, with clients that still retry at once and without
+//!   a budget (the worst case): the core's adaptive concurrency limiter
+//!   ([`stormguard::limit`], `--limit-algorithm`, Vegas by default, on the virtual clock) bounds
+//!   the requests the server has taken on (queued or in service), and a request is shed on
+//!   arrival, answered at once and at no cost, when it is over the limit or when its deadline
+//!   (each attempt carries its timeout, as a gRPC client's `grpc-timeout`) leaves less than
+//!   what admitted requests currently take. Shed clients retry at once, ignoring the
+//!   pushback. As stormguard's `AdaptiveLimitLayer` does, minus its short queue.
+//!
+//! # What "offered" costs the server
+//!
+//! The slowdown follows the work the server *takes on* over the last second: every arrival
+//! for a server without a limit (so those rows are as before), only the admitted ones for one
+//! with a limit. A request shed on arrival costs nothing here (a 503 costs microseconds
+//! against milliseconds of work); a model in which refusing costs as much as serving would
+//! make every server-side protection useless by construction.
 //!
 //! # Triggers
 //!
@@ -100,15 +116,19 @@ pub enum Protection {
     JitterDeadline,
     /// Budget, jitter and deadline.
     All,
+    /// The server's adaptive concurrency limit and deadline shedding; clients retry at once
+    /// without a budget.
+    Limit,
 }
 
 impl Protection {
     /// Every protection, in table order.
-    pub const ALL: [Protection; 4] = [
+    pub const ALL: [Protection; 5] = [
         Protection::None,
         Protection::Budget,
         Protection::JitterDeadline,
         Protection::All,
+        Protection::Limit,
     ];
 
     /// The command-line name.
@@ -118,6 +138,7 @@ impl Protection {
             Protection::Budget => "budget",
             Protection::JitterDeadline => "jitter-deadline",
             Protection::All => "all",
+            Protection::Limit => "limit",
         }
     }
 
@@ -128,6 +149,7 @@ impl Protection {
             Protection::Budget => "retry budget",
             Protection::JitterDeadline => "jitter + deadline",
             Protection::All => "budget + jitter + deadline",
+            Protection::Limit => "server: adaptive limit + deadline shedding",
         }
     }
 
@@ -142,6 +164,47 @@ impl Protection {
 
     fn deadline(self) -> bool {
         matches!(self, Protection::JitterDeadline | Protection::All)
+    }
+
+    fn limit(self) -> bool {
+        matches!(self, Protection::Limit)
+    }
+}
+
+/// The limit algorithm of the `limit` protection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LimitKind {
+    /// [`Aimd`](stormguard::limit::Aimd).
+    Aimd,
+    /// [`Vegas`](stormguard::limit::Vegas).
+    Vegas,
+    /// [`Gradient2`](stormguard::limit::Gradient2).
+    Gradient2,
+}
+
+impl LimitKind {
+    /// Every kind.
+    pub const ALL: [LimitKind; 3] = [LimitKind::Aimd, LimitKind::Vegas, LimitKind::Gradient2];
+
+    /// The command-line name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LimitKind::Aimd => "aimd",
+            LimitKind::Vegas => "vegas",
+            LimitKind::Gradient2 => "gradient2",
+        }
+    }
+
+    /// The algorithm with the core's defaults, except that every kind may go down to a
+    /// limit of 1 (the simulated server has one worker) and up to 1000.
+    pub fn algorithm(self) -> stormguard::limit::LimitAlgorithm {
+        use stormguard::limit::{Aimd, Gradient2, Vegas};
+        match self {
+            LimitKind::Aimd => Aimd::new().with_limits(1, 20, 1000).into(),
+            LimitKind::Vegas => Vegas::new().with_limits(1, 20, 1000).into(),
+            LimitKind::Gradient2 => Gradient2::new().with_limits(1, 20, 1000).into(),
+        }
     }
 }
 
@@ -193,6 +256,8 @@ pub struct OverloadConfig {
     pub budget: BudgetKind,
     /// The budgets' numbers.
     pub budget_params: BudgetParams,
+    /// The limit algorithm of the `limit` protection.
+    pub limit: LimitKind,
     /// Rows of the table.
     #[serde(skip)]
     pub protections: Vec<Protection>,
@@ -203,8 +268,8 @@ pub struct OverloadConfig {
 impl Default for OverloadConfig {
     /// Bronson et al.'s example: 280 requests/s against capacity 300 (10× slower above),
     /// 1 s timeout, one retry, a 10 s outage at 10 s, 60 s in all, 1 s bins; deadline 1 s,
-    /// minimum call 50 ms, backoff 100 ms to 1 s; gRPC (10, 0.1) budget; protections none,
-    /// budget and jitter + deadline.
+    /// minimum call 50 ms, backoff 100 ms to 1 s; gRPC (10, 0.1) budget; a Vegas limit;
+    /// protections none, budget, jitter + deadline and limit.
     fn default() -> Self {
         OverloadConfig {
             rate: 280.0,
@@ -225,10 +290,12 @@ impl Default for OverloadConfig {
             cap: Duration::from_secs(1),
             budget: BudgetKind::Grpc,
             budget_params: BudgetParams::default(),
+            limit: LimitKind::Vegas,
             protections: vec![
                 Protection::None,
                 Protection::Budget,
                 Protection::JitterDeadline,
+                Protection::Limit,
             ],
             seed: 42,
         }
@@ -340,6 +407,8 @@ pub struct OverloadRow {
     pub wasted: u64,
     /// Requests the server refused because their deadline had passed.
     pub expired: u64,
+    /// Requests the server's limit shed on arrival.
+    pub shed: u64,
     /// The time series.
     pub series: Vec<OverloadPoint>,
 }
@@ -361,9 +430,9 @@ pub struct OverloadReport {
 /// use stormguard_sim::scenario::overload::{OverloadConfig, run};
 ///
 /// let report = run(&OverloadConfig::default(), &mut NoProgress)?;
-/// let [none, budget, deadline] = &report.rows[..] else { unreachable!() };
+/// let [none, budget, deadline, limit] = &report.rows[..] else { unreachable!() };
 /// assert!(!none.recovered && none.offered_after > 500.0 && none.goodput_after < 30.0);
-/// assert!(budget.recovered && deadline.recovered);
+/// assert!(budget.recovered && deadline.recovered && limit.recovered);
 /// # Ok::<(), stormguard_sim::error::InvalidParam>(())
 /// ```
 pub fn run(

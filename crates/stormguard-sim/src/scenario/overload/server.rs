@@ -14,6 +14,10 @@
 //! During an outage the server drops everything that arrives and loses its queue.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use stormguard::classify::Outcome;
+use stormguard::limit::{Limiter, Ticket};
 
 use crate::time::{NANOS_PER_SEC, Nanos};
 
@@ -89,6 +93,22 @@ pub(super) enum Arrived {
     Accepted,
     /// Lost in an outage.
     Lost,
+    /// Shed on arrival by the adaptive limit, answered at once and at no cost.
+    Shed,
+}
+
+/// The core's adaptive concurrency limiter in front of the server, on the virtual clock.
+#[derive(Debug)]
+pub(super) struct Limit {
+    pub(super) limiter: Limiter,
+    /// The virtual clock's instant at time zero.
+    pub(super) origin: Instant,
+}
+
+impl Limit {
+    fn at(&self, now: Nanos) -> Instant {
+        self.origin + Duration::from_nanos(now)
+    }
 }
 
 /// The server's state.
@@ -96,28 +116,60 @@ pub(super) enum Arrived {
 pub(super) struct Server {
     slowdown: f64,
     checks_deadline: bool,
-    queue: VecDeque<Job>,
+    queue: VecDeque<(Job, Option<Ticket>)>,
     busy: Option<(Job, Nanos)>,
+    busy_ticket: Option<Ticket>,
     window: ArrivalWindow,
+    limit: Option<Limit>,
     /// Requests refused at the head of the queue because their deadline had passed.
     pub(super) expired: u64,
+    /// Requests shed on arrival by the limit (over it, or with too little time left).
+    pub(super) shed: u64,
 }
 
 impl Server {
-    pub(super) fn new(slowdown: f64, checks_deadline: bool) -> Self {
+    pub(super) fn new(slowdown: f64, checks_deadline: bool, limit: Option<Limit>) -> Self {
         Server {
             slowdown,
             checks_deadline,
             queue: VecDeque::new(),
             busy: None,
+            busy_ticket: None,
             window: ArrivalWindow::new(),
+            limit,
             expired: 0,
+            shed: 0,
         }
     }
 
-    /// Whether the server is told deadlines (and refuses expired work).
-    pub(super) fn checks_deadline(&self) -> bool {
-        self.checks_deadline
+    /// Whether the limit sheds a request arriving at `now`: one whose deadline leaves less
+    /// than the time admitted requests take, or one over the limit. `Ok` carries the slot of
+    /// an admitted request (`None` without a limit).
+    fn admit(&mut self, now: Nanos, job: &Job) -> Result<Option<Ticket>, ()> {
+        let Some(limit) = &self.limit else {
+            return Ok(None);
+        };
+        let expected = limit
+            .limiter
+            .expected_rtt()
+            .map_or(0, |d| d.as_nanos() as Nanos);
+        if job.deadline.saturating_sub(now) < expected {
+            self.shed += 1;
+            return Err(());
+        }
+        match limit.limiter.try_acquire(0, limit.at(now)) {
+            Ok(ticket) => Ok(Some(ticket)),
+            Err(_) => {
+                self.shed += 1;
+                Err(())
+            }
+        }
+    }
+
+    fn give_back(&self, now: Nanos, ticket: Option<Ticket>, outcome: Outcome) {
+        if let (Some(limit), Some(ticket)) = (&self.limit, ticket) {
+            limit.limiter.release(ticket, limit.at(now), outcome);
+        }
     }
 
     /// A request arrives. Returns what happened and, if the worker was idle and took a job,
@@ -129,11 +181,16 @@ impl Server {
         up: bool,
         capacity: f64,
     ) -> (Arrived, Option<(Job, Nanos)>) {
-        self.window.record(now);
         if !up {
+            self.window.record(now);
             return (Arrived::Lost, None);
         }
-        self.queue.push_back(job);
+        let Ok(ticket) = self.admit(now, &job) else {
+            return (Arrived::Shed, None);
+        };
+        // The work taken on: a shed request costs the server nothing.
+        self.window.record(now);
+        self.queue.push_back((job, ticket));
         let started = if self.busy.is_none() {
             self.start_next(now, capacity)
         } else {
@@ -154,6 +211,8 @@ impl Server {
         match self.busy {
             Some((job, until)) if until == now && job.req == req && job.attempt == attempt => {
                 self.busy = None;
+                let ticket = self.busy_ticket.take();
+                self.give_back(now, ticket, Outcome::Success);
                 (Some(job), self.start_next(now, capacity))
             }
             _ => (None, None),
@@ -162,7 +221,17 @@ impl Server {
 
     /// An outage starts: the queue and the job in service are lost.
     pub(super) fn crash(&mut self) {
-        self.queue.clear();
+        // The limiter restarts with the server, keeping what it learnt (its slots come back).
+        let tickets = self
+            .queue
+            .drain(..)
+            .filter_map(|(_, t)| t)
+            .chain(self.busy_ticket.take());
+        if let Some(limit) = &self.limit {
+            for ticket in tickets {
+                limit.limiter.forget(ticket);
+            }
+        }
         self.busy = None;
     }
 
@@ -173,11 +242,13 @@ impl Server {
     }
 
     fn start_next(&mut self, now: Nanos, capacity: f64) -> Option<(Job, Nanos)> {
-        while let Some(job) = self.queue.pop_front() {
+        while let Some((job, ticket)) = self.queue.pop_front() {
             if self.checks_deadline && job.deadline <= now {
                 self.expired += 1;
+                self.give_back(now, ticket, Outcome::InDoubt);
                 continue;
             }
+            self.busy_ticket = ticket;
             let overloaded = self.window.last_second(now) as f64 > capacity;
             let seconds = if overloaded {
                 self.slowdown / capacity
@@ -206,7 +277,7 @@ mod tests {
 
     #[test]
     fn serves_fifo_at_capacity_and_slows_down_above_it() {
-        let mut s = Server::new(10.0, false);
+        let mut s = Server::new(10.0, false, None);
         let (_, started) = s.arrive(0, job(1), true, 100.0);
         assert_eq!(started, Some((job(1), 10_000_000)));
         let (_, started) = s.arrive(1, job(2), true, 100.0);
@@ -222,7 +293,7 @@ mod tests {
 
     #[test]
     fn expired_requests_are_refused_at_the_head_of_the_queue() {
-        let mut s = Server::new(1.0, true);
+        let mut s = Server::new(1.0, true, None);
         s.arrive(0, job(1), true, 10.0);
         let stale = Job {
             deadline: 50_000_000,
@@ -237,7 +308,7 @@ mod tests {
 
     #[test]
     fn an_outage_loses_the_queue_and_ignores_the_lost_job() {
-        let mut s = Server::new(1.0, false);
+        let mut s = Server::new(1.0, false, None);
         s.arrive(0, job(1), true, 10.0);
         s.arrive(0, job(2), true, 10.0);
         s.crash();

@@ -66,6 +66,7 @@ pub(super) fn summarise(
         recovery_s,
         wasted: w.wasted,
         expired: w.server.expired,
+        shed: w.server.shed,
         series,
     }
 }

@@ -7,7 +7,7 @@ use stormguard::budget::{RetryBudget, Unlimited};
 use stormguard::classify::Outcome;
 use stormguard::retry::{AttemptOutcome, Decision, RetryPolicy, RetryRun, StopReason};
 
-use super::server::{Arrived, Job, Server};
+use super::server::{Arrived, Job, Limit, Server};
 use super::summary::summarise;
 use super::{OverloadConfig, OverloadRow, Protection, Trigger};
 use crate::bins::Bins;
@@ -19,6 +19,7 @@ use crate::slab::Slab;
 use crate::strategy::Strategy;
 use crate::time::{NANOS_PER_MILLI, Nanos, duration, nanos, nth_of_rate};
 use crate::vclock::VirtualClock;
+use stormguard::limit::{Limiter, LimiterConfig};
 
 const ARRIVAL: u8 = 0;
 const SEND: u8 = 1;
@@ -52,6 +53,8 @@ pub(super) struct World<'p> {
     policy: &'p RetryPolicy,
     budget: &'p dyn RetryBudget,
     deadline: Option<Nanos>,
+    /// Whether attempts carry their deadline to the server.
+    tells_deadline: bool,
     timeout: Nanos,
     requests: Slab<Request<'p>>,
     pub(super) server: Server,
@@ -61,6 +64,24 @@ pub(super) struct World<'p> {
     next_attempt: u32,
     triggered: bool,
     pub(super) wasted: u64,
+}
+
+/// The core's limiter, for the protections that put one in front of the server.
+fn limit(
+    cfg: &OverloadConfig,
+    protection: Protection,
+    vclock: &VirtualClock,
+) -> Result<Option<Limit>, InvalidParam> {
+    if !protection.limit() {
+        return Ok(None);
+    }
+    let clock = vclock.clock();
+    let limiter = Limiter::new(LimiterConfig::new(cfg.limit.algorithm()), &clock)
+        .map_err(|e| InvalidParam::new("limit", e.to_string()))?;
+    Ok(Some(Limit {
+        limiter,
+        origin: clock.now(),
+    }))
 }
 
 pub(super) fn run_protection(
@@ -103,9 +124,14 @@ pub(super) fn run_protection(
         policy: &policy,
         budget: &*budget,
         deadline: protection.deadline().then(|| nanos(cfg.deadline)),
+        tells_deadline: protection.deadline() || protection.limit(),
         timeout: nanos(cfg.timeout),
         requests: Slab::new(),
-        server: Server::new(cfg.slowdown, protection.deadline()),
+        server: Server::new(
+            cfg.slowdown,
+            protection.deadline() || protection.limit(),
+            limit(cfg, protection, &vclock)?,
+        ),
         queue: EventQueue::with_capacity(4096),
         rng: rng::stream(cfg.seed, protection as u64),
         series: Series {
@@ -216,7 +242,7 @@ impl<'p> World<'p> {
         let job = Job {
             req: id,
             attempt,
-            deadline: if self.server.checks_deadline() {
+            deadline: if self.tells_deadline {
                 attempt_deadline
             } else {
                 Nanos::MAX
@@ -224,10 +250,19 @@ impl<'p> World<'p> {
         };
         let capacity = self.capacity();
         let up = self.up();
-        if let (Arrived::Accepted, Some((job, until))) = self.server.arrive(now, job, up, capacity)
-        {
-            self.queue.push(until, pack(SERVED, job.req, job.attempt));
+        match self.server.arrive(now, job, up, capacity) {
+            (Arrived::Accepted, Some((job, until))) => {
+                self.queue.push(until, pack(SERVED, job.req, job.attempt));
+            }
+            (Arrived::Shed, _) => self.shed(now, id, attempt),
+            _ => {}
         }
+    }
+
+    /// The server shed attempt `attempt` of request `id` at once: a client without a budget
+    /// retries at once (it ignores the pushback: the worst case).
+    fn shed(&mut self, now: Nanos, id: u32, attempt: u32) {
+        self.finish_failed(now, id, attempt, Outcome::Retryable.into());
     }
 
     fn served(&mut self, now: Nanos, id: u32, attempt: u32) {
@@ -262,6 +297,11 @@ impl<'p> World<'p> {
     }
 
     fn timed_out(&mut self, now: Nanos, id: u32, attempt: u32) {
+        self.finish_failed(now, id, attempt, AttemptOutcome::TIMED_OUT);
+    }
+
+    /// Attempt `attempt` of request `id` failed with `outcome`: retry or stop.
+    fn finish_failed(&mut self, now: Nanos, id: u32, attempt: u32, outcome: AttemptOutcome) {
         let Some(req) = self.requests.get_mut(id) else {
             return;
         };
@@ -271,10 +311,7 @@ impl<'p> World<'p> {
         req.waiting = false;
         let deadline = req.deadline;
         let remaining = || (deadline != Nanos::MAX).then(|| duration(deadline.saturating_sub(now)));
-        match req
-            .run
-            .finish_attempt(AttemptOutcome::TIMED_OUT, remaining, &mut self.rng)
-        {
+        match req.run.finish_attempt(outcome, remaining, &mut self.rng) {
             Decision::Retry { delay, .. } if delay.is_zero() => self.send(now, id),
             Decision::Retry { delay, .. } => {
                 self.queue

@@ -1,0 +1,437 @@
+//! Adaptive concurrency limits: how many requests a server should work on at once, learned
+//! from how long its requests take.
+//!
+//! # Why limit concurrency, and why adaptively?
+//!
+//! A server past its capacity does not serve fewer requests well; it serves every request
+//! badly. Requests queue, each waits longer than its caller will, the work done for callers
+//! that left is wasted, and callers that retry add load exactly when there is the least room
+//! for it: the metastable failure of Bronson et al. (HotOS 2021), sustained by a server that
+//! keeps accepting work it cannot finish in time. Retry budgets stop this only when the callers
+//! use them; a server has to protect itself from those that do not. Refusing early and cheaply
+//! (a 503 costs microseconds) keeps the work that *is* admitted fast.
+//!
+//! By Little's law the right number of requests in flight is throughput × latency with no
+//! queue, and both change: a deploy makes the handler slower, a dependency degrades, the
+//! machine is shared. A static limit (tower's `ConcurrencyLimit`) is right for one of those
+//! states. The algorithms here find it from the requests themselves, the way TCP finds a
+//! path's window: they watch the round-trip time (admission to release) and the drops
+//! (timeouts, deadline cancellations, overload answers from below) and move the limit:
+//!
+//! | algorithm | signal | source |
+//! | --- | --- | --- |
+//! | [`Aimd`] | drops only | TCP Reno; Netflix concurrency-limits `AIMDLimit` |
+//! | [`Vegas`] | RTT over the no-load RTT (estimated queue) | TCP Vegas (Brakmo & Peterson 1995); Netflix `VegasLimit` |
+//! | [`Gradient2`] | short-term RTT over its long-term average | Netflix `Gradient2Limit`; Envoy's adaptive concurrency filter (gradient controller) |
+//!
+//! # The limiter
+//!
+//! A [`Limiter`] holds the current limit and the requests in flight in atomics:
+//! [`Limiter::try_acquire`] admits a request while fewer than the limit are in flight (one
+//! compare-and-swap) and hands back a [`Ticket`]; [`Limiter::release`] gives the slot back and
+//! adds the request's RTT to the current window (two atomic adds). No lock, no allocation. Once
+//! per window ([`LimiterConfig::with_window`], 100 ms and 10 samples by default, after Envoy's
+//! `concurrency_update_interval` and Netflix's `WindowedLimit`), the release that closes it
+//! feeds the window's [`WindowSample`] to the algorithm and publishes the new limit. Requests
+//! may be split into partitions with guaranteed shares ([`LimiterConfig::with_partitions`], as
+//! Netflix's partitioned limiter: a partition under its share is admitted even when the total
+//! is at the limit; one over its share only while the total is under it).
+//!
+//! Time is passed in (`now`), read by the caller from an injected [`Clock`]: tests drive a
+//! limiter with a [`ManualClock`](crate::clock::ManualClock), the simulator with its virtual
+//! clock, and a tower layer with tokio's clock, which it reads anyway.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use stormguard::classify::Outcome;
+//! use stormguard::clock::ManualClock;
+//! use stormguard::limit::{Limiter, LimiterConfig, Vegas};
+//!
+//! let manual = ManualClock::new();
+//! let clock = manual.clock();
+//! let limiter = Limiter::new(LimiterConfig::new(Vegas::new().with_limits(1, 4, 100)), &clock)?;
+//! let tickets: Vec<_> = (0..4).map(|_| limiter.try_acquire(0, clock.now()).unwrap()).collect();
+//! assert!(limiter.try_acquire(0, clock.now()).is_err(), "four in flight: at the limit");
+//! manual.advance(Duration::from_millis(5));
+//! for ticket in tickets {
+//!     limiter.release(ticket, clock.now(), Outcome::Success);
+//! }
+//! assert_eq!(limiter.in_flight(), 0);
+//! # Ok::<(), stormguard::health::InvalidConfig>(())
+//! ```
+
+mod aimd;
+mod algorithm;
+mod gradient;
+#[cfg(test)]
+mod tests;
+mod vegas;
+
+pub use aimd::Aimd;
+pub use algorithm::{LimitAlgorithm, WindowSample};
+pub use gradient::Gradient2;
+pub use vegas::Vegas;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::classify::Outcome;
+use crate::clock::Clock;
+use crate::health::{InvalidConfig, Problem};
+
+/// The most partitions a limiter may have.
+pub const MAX_PARTITIONS: usize = 16;
+
+/// How a [`Limiter`] is set up: the algorithm, the window its samples are gathered in, and
+/// optional partitions.
+///
+/// # Default
+///
+/// [`Vegas`] with Netflix's defaults, windows of at least 100 ms and 10 samples, no
+/// partitions.
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard::limit::{Gradient2, LimiterConfig};
+///
+/// let config = LimiterConfig::new(Gradient2::new())
+///     .with_window(Duration::from_millis(50), 20)
+///     .with_partitions(vec![0.8, 0.2]);
+/// assert!(config.validate().is_ok());
+/// let bad = LimiterConfig::default().with_partitions(vec![0.8, 0.3]);
+/// assert_eq!(bad.validate().unwrap_err().field, "limit.partitions");
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimiterConfig {
+    algorithm: LimitAlgorithm,
+    window: Duration,
+    min_samples: u32,
+    partitions: Vec<f64>,
+}
+
+impl Default for LimiterConfig {
+    fn default() -> Self {
+        LimiterConfig::new(Vegas::new())
+    }
+}
+
+impl LimiterConfig {
+    /// `algorithm` with the default window and no partitions.
+    pub fn new(algorithm: impl Into<LimitAlgorithm>) -> Self {
+        LimiterConfig {
+            algorithm: algorithm.into(),
+            window: Duration::from_millis(100),
+            min_samples: 10,
+            partitions: Vec::new(),
+        }
+    }
+
+    /// The algorithm runs once per window of at least `length` and `min_samples` samples.
+    pub fn with_window(mut self, length: Duration, min_samples: u32) -> Self {
+        self.window = length;
+        self.min_samples = min_samples;
+        self
+    }
+
+    /// Splits the limit into partitions with these guaranteed shares (each in `0..=1`,
+    /// summing to at most 1), addressed by index in [`Limiter::try_acquire`].
+    pub fn with_partitions(mut self, shares: Vec<f64>) -> Self {
+        self.partitions = shares;
+        self
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> &LimitAlgorithm {
+        &self.algorithm
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
+        self.algorithm.validate()?;
+        if self.window.is_zero() {
+            return Err(InvalidConfig {
+                field: "limit.window",
+                problem: Problem::Zero,
+            });
+        }
+        if self.min_samples == 0 {
+            return Err(InvalidConfig {
+                field: "limit.min_samples",
+                problem: Problem::Zero,
+            });
+        }
+        if self.partitions.len() > MAX_PARTITIONS {
+            return Err(InvalidConfig {
+                field: "limit.partitions",
+                problem: Problem::TooLarge(MAX_PARTITIONS as u64),
+            });
+        }
+        let mut sum = 0.0;
+        for &share in &self.partitions {
+            algorithm::check_ratio("limit.partitions", share, false)?;
+            sum += share;
+        }
+        if sum > 1.0 + 1e-9 {
+            return Err(InvalidConfig {
+                field: "limit.partitions",
+                problem: Problem::NotARatio(sum),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The limiter refused a request: the limit (or the request's partition's share of it) was
+/// reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("concurrency limit reached: {in_flight} requests in flight, limit {limit}")]
+pub struct LimitExceeded {
+    /// The limit at the time.
+    pub limit: u32,
+    /// Requests in flight at the time.
+    pub in_flight: u32,
+}
+
+/// An admitted request's slot: give it back with [`Limiter::release`] or
+/// [`Limiter::forget`]. A ticket that is dropped instead keeps its slot taken.
+#[derive(Debug)]
+#[must_use = "a ticket holds a slot until it is released"]
+pub struct Ticket {
+    start_ns: u64,
+    partition: u32,
+}
+
+impl Ticket {
+    /// The partition the request was admitted in.
+    pub fn partition(&self) -> usize {
+        self.partition as usize
+    }
+}
+
+#[derive(Debug)]
+struct Partition {
+    share: f64,
+    in_flight: AtomicU32,
+}
+
+/// Bits of the window's packed word that hold the RTT sum (in 100 ns ticks); the count is
+/// above them.
+const SUM_BITS: u32 = 44;
+const SUM_MASK: u64 = (1 << SUM_BITS) - 1;
+/// One RTT sample is counted up to this many ticks (about 7 minutes).
+const MAX_TICKS: u64 = u32::MAX as u64;
+/// A window closes early when its count or its sum gets this large, far from overflowing.
+const FORCE_COUNT: u64 = 1 << 19;
+const FORCE_SUM: u64 = 1 << 43;
+const TICK_NS: u64 = 100;
+
+/// An adaptive concurrency limiter; one per server (or per protected resource), shared by
+/// every request in an [`Arc`](std::sync::Arc). See [the module docs](self).
+#[derive(Debug)]
+pub struct Limiter {
+    limit: AtomicU32,
+    in_flight: AtomicU32,
+    /// The most in flight at once during the current window.
+    peak: AtomicU32,
+    /// `count << SUM_BITS | sum of RTTs in ticks` of the current window.
+    window: AtomicU64,
+    min_rtt_ticks: AtomicU64,
+    drops: AtomicU32,
+    /// When the current window may close, in nanoseconds since `origin`.
+    window_end: AtomicU64,
+    /// The last closed window's mean RTT, in nanoseconds; 0 before the first.
+    expected_ns: AtomicU64,
+    algorithm: Mutex<LimitAlgorithm>,
+    partitions: Box<[Partition]>,
+    origin: Instant,
+    window_ns: u64,
+    min_samples: u64,
+}
+
+impl Limiter {
+    /// A limiter starting at the algorithm's initial limit, its windows timed from `clock`'s
+    /// now; `Err` names the first invalid field.
+    pub fn new(config: LimiterConfig, clock: &Clock) -> Result<Limiter, InvalidConfig> {
+        config.validate()?;
+        let window_ns = u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX);
+        Ok(Limiter {
+            limit: AtomicU32::new(config.algorithm.limit()),
+            in_flight: AtomicU32::new(0),
+            peak: AtomicU32::new(0),
+            window: AtomicU64::new(0),
+            min_rtt_ticks: AtomicU64::new(u64::MAX),
+            drops: AtomicU32::new(0),
+            window_end: AtomicU64::new(window_ns),
+            expected_ns: AtomicU64::new(0),
+            algorithm: Mutex::new(config.algorithm),
+            partitions: config
+                .partitions
+                .iter()
+                .map(|&share| Partition {
+                    share,
+                    in_flight: AtomicU32::new(0),
+                })
+                .collect(),
+            origin: clock.now(),
+            window_ns,
+            min_samples: u64::from(config.min_samples),
+        })
+    }
+
+    /// The current limit.
+    pub fn limit(&self) -> u32 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Requests in flight in `partition` (0 without partitions).
+    pub fn partition_in_flight(&self, partition: usize) -> u32 {
+        self.partitions
+            .get(partition)
+            .map_or(0, |p| p.in_flight.load(Ordering::Relaxed))
+    }
+
+    /// The mean RTT of the last closed window: what an admitted request can expect to take.
+    /// `None` before the first window closed.
+    pub fn expected_rtt(&self) -> Option<Duration> {
+        match self.expected_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// The algorithm's state, for inspection (a copy, taken under the update lock).
+    pub fn algorithm(&self) -> LimitAlgorithm {
+        match self.algorithm.lock() {
+            Ok(a) => a.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Admits a request in `partition` at `now`, or refuses it.
+    ///
+    /// Without partitions (or with an index that names none) a request is admitted while
+    /// fewer than the limit are in flight. In a partition, it is also admitted at the limit
+    /// while the partition holds less than its share of it.
+    #[inline]
+    pub fn try_acquire(&self, partition: usize, now: Instant) -> Result<Ticket, LimitExceeded> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let part = self.partitions.get(partition);
+        let guaranteed = part.is_some_and(|p| {
+            let share = (f64::from(limit) * p.share).ceil() as u32;
+            p.in_flight.load(Ordering::Relaxed) < share
+        });
+        let admitted = self
+            .in_flight
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
+                (n < limit || guaranteed).then_some(n + 1)
+            });
+        let n = match admitted {
+            Ok(before) => before + 1,
+            Err(in_flight) => return Err(LimitExceeded { limit, in_flight }),
+        };
+        if let Some(p) = part {
+            p.in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+        if n > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(n, Ordering::Relaxed);
+        }
+        Ok(Ticket {
+            start_ns: self.since_origin(now),
+            partition: partition as u32,
+        })
+    }
+
+    /// Gives the slot back at `now` and records the request's RTT; an [`Outcome::InDoubt`]
+    /// (a timeout, a deadline cancellation) or [`Outcome::Overloaded`] (the request was
+    /// refused further down) counts as a drop.
+    #[inline]
+    pub fn release(&self, ticket: Ticket, now: Instant, outcome: Outcome) {
+        self.give_back(ticket.partition);
+        if matches!(outcome, Outcome::InDoubt | Outcome::Overloaded { .. }) {
+            self.drops.fetch_add(1, Ordering::Relaxed);
+        }
+        let now_ns = self.since_origin(now);
+        let ticks = (now_ns.saturating_sub(ticket.start_ns) / TICK_NS).min(MAX_TICKS);
+        if ticks < self.min_rtt_ticks.load(Ordering::Relaxed) {
+            self.min_rtt_ticks.fetch_min(ticks, Ordering::Relaxed);
+        }
+        let before = self
+            .window
+            .fetch_add((1 << SUM_BITS) | ticks, Ordering::Relaxed);
+        let count = (before >> SUM_BITS) + 1;
+        let forced = count >= FORCE_COUNT || (before & SUM_MASK) >= FORCE_SUM;
+        if forced
+            || (count >= self.min_samples && now_ns >= self.window_end.load(Ordering::Relaxed))
+        {
+            self.close_window(now_ns);
+        }
+    }
+
+    /// Gives the slot back without a sample: the request was cancelled by its caller, so its
+    /// RTT says nothing about the server.
+    #[inline]
+    pub fn forget(&self, ticket: Ticket) {
+        self.give_back(ticket.partition);
+    }
+
+    fn give_back(&self, partition: u32) {
+        self.in_flight.fetch_sub(1, Ordering::Release);
+        if let Some(p) = self.partitions.get(partition as usize) {
+            p.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn since_origin(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Closes the current window (one releaser wins the race) and runs the algorithm on it.
+    #[cold]
+    fn close_window(&self, now_ns: u64) {
+        let end = self.window_end.load(Ordering::Relaxed);
+        let next = now_ns.saturating_add(self.window_ns);
+        if self
+            .window_end
+            .compare_exchange(end, next, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let packed = self.window.swap(0, Ordering::AcqRel);
+        let dropped = self.drops.swap(0, Ordering::Relaxed);
+        let min_ticks = self.min_rtt_ticks.swap(u64::MAX, Ordering::Relaxed);
+        let peak = self
+            .peak
+            .swap(self.in_flight.load(Ordering::Relaxed), Ordering::Relaxed);
+        let samples = packed >> SUM_BITS;
+        if samples == 0 {
+            return;
+        }
+        let mean_ns = (packed & SUM_MASK) / samples * TICK_NS;
+        let sample = WindowSample {
+            rtt: Duration::from_nanos(mean_ns.max(1)),
+            min_rtt: Duration::from_nanos(min_ticks.saturating_mul(TICK_NS).max(1)),
+            samples: u32::try_from(samples).unwrap_or(u32::MAX),
+            dropped,
+            max_in_flight: peak,
+        };
+        // Only the window's closer gets here; a previous closer still updating makes this
+        // window's figures go unused rather than wait.
+        let mut algorithm = match self.algorithm.try_lock() {
+            Ok(a) => a,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        let limit = algorithm.update(&sample);
+        self.limit.store(limit, Ordering::Relaxed);
+        self.expected_ns.store(mean_ns.max(1), Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,185 @@
+//! Vegas: estimate the queue from how far the RTT has grown above the no-load RTT.
+
+use std::time::Duration;
+
+use super::algorithm::{WindowSample, check_limits, check_ratio, clamp_limit};
+use crate::health::{InvalidConfig, Problem};
+
+/// TCP Vegas applied to requests (Brakmo & Peterson 1995; Netflix concurrency-limits'
+/// `VegasLimit`, its default).
+///
+/// With `rtt_noload` the shortest RTT seen (the service time with no queue) and `rtt` a
+/// window's mean, the requests queued in front of the work are estimated as
+/// `queue = limit × (1 − rtt_noload / rtt)`. With `log = log10(limit)`:
+///
+/// - a window with a drop: `limit − log`;
+/// - `queue ≤ log` (no queue to speak of): `limit + 6·log` (grow fast);
+/// - `queue < 3·log` (alpha): `limit + log`;
+/// - `queue > 6·log` (beta): `limit − log`;
+/// - otherwise the limit stays.
+///
+/// A window in which fewer than half of the limit were in flight leaves the limit as it is
+/// (the traffic did not test it).
+///
+/// # Probing the no-load RTT
+///
+/// The no-load RTT is the shortest RTT seen, so it follows a handler that gets faster at
+/// once; one that gets slower (a deploy, a slower dependency) is mistaken for a queue and the
+/// limit shrinks below what the server can do. So the no-load RTT is re-measured every
+/// `probe_every` windows. Netflix's `VegasLimit` resets it to the next sample's RTT, which
+/// under a standing queue *includes* the queue: the estimate then sees no queue and the limit
+/// ratchets up with every probe (the simulation in this module's tests shows it). Here, as in
+/// Envoy's adaptive concurrency filter (`min_rtt_calc_interval`, `min_concurrency`), the
+/// probe pins the limit to `probe_limit` for two windows, one to drain the queue and one to
+/// measure, then takes that window's shortest RTT and restores the limit.
+///
+/// # Default
+///
+/// Netflix's initial limit 20, maximum 1000, minimum 1, smoothing 1 (no smoothing); a probe
+/// every 50 windows (5 s with the default window; Envoy: 60 s) pinned to 3 (Envoy's
+/// `min_concurrency`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Vegas {
+    min: u32,
+    initial: u32,
+    max: u32,
+    smoothing: f64,
+    probe_every: u32,
+    probe_limit: u32,
+    limit: f64,
+    rtt_noload: Option<Duration>,
+    since_probe: u32,
+    /// While probing: the limit to restore, and whether the draining window is over.
+    probing: Option<(f64, bool)>,
+}
+
+impl Default for Vegas {
+    fn default() -> Self {
+        Vegas::new()
+    }
+}
+
+impl Vegas {
+    /// The defaults (see [the type's docs](Vegas#default)).
+    pub const fn new() -> Self {
+        Vegas {
+            min: 1,
+            initial: 20,
+            max: 1000,
+            smoothing: 1.0,
+            probe_every: 50,
+            probe_limit: 3,
+            limit: 20.0,
+            rtt_noload: None,
+            since_probe: 0,
+            probing: None,
+        }
+    }
+
+    /// The limit starts at `initial` and stays within `min..=max`.
+    pub const fn with_limits(mut self, min: u32, initial: u32, max: u32) -> Self {
+        self.min = min;
+        self.initial = initial;
+        self.max = max;
+        self.limit = initial as f64;
+        self
+    }
+
+    /// Moves the limit only this share (in `0..=1`, not 0) of the way to each new value.
+    pub const fn with_smoothing(mut self, smoothing: f64) -> Self {
+        self.smoothing = smoothing;
+        self
+    }
+
+    /// Re-measures the no-load RTT every `windows` windows, with the limit pinned to
+    /// `limit` (at least 1) while it does (see [probing](Vegas#probing-the-no-load-rtt)).
+    pub const fn with_probe(mut self, windows: u32, limit: u32) -> Self {
+        self.probe_every = windows;
+        self.probe_limit = limit;
+        self
+    }
+
+    /// Checks every field; the error names the first bad one (`limit.vegas.…`).
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
+        check_limits(
+            ["limit.vegas.min", "limit.vegas.initial", "limit.vegas.max"],
+            self.min,
+            self.initial,
+            self.max,
+        )?;
+        check_ratio("limit.vegas.smoothing", self.smoothing, true)?;
+        if self.probe_every == 0 {
+            return Err(InvalidConfig {
+                field: "limit.vegas.probe_every",
+                problem: Problem::Zero,
+            });
+        }
+        if self.probe_limit == 0 {
+            return Err(InvalidConfig {
+                field: "limit.vegas.probe_limit",
+                problem: Problem::Zero,
+            });
+        }
+        Ok(())
+    }
+
+    /// The limit now.
+    pub fn limit(&self) -> u32 {
+        self.limit as u32
+    }
+
+    /// The no-load RTT the queue is estimated against, once a window has been seen.
+    pub fn rtt_noload(&self) -> Option<Duration> {
+        self.rtt_noload
+    }
+
+    pub(super) fn update(&mut self, w: &WindowSample) -> u32 {
+        if w.samples == 0 || w.rtt.is_zero() {
+            return self.limit();
+        }
+        let window_min = w.min_rtt.max(Duration::from_nanos(1));
+        match self.probing {
+            Some((saved, false)) => {
+                self.probing = Some((saved, true));
+                return self.limit();
+            }
+            Some((saved, true)) => {
+                self.probing = None;
+                self.rtt_noload = Some(window_min);
+                self.limit = saved;
+                return self.limit();
+            }
+            None => {}
+        }
+        self.since_probe += 1;
+        if self.since_probe >= self.probe_every && self.rtt_noload.is_some() {
+            self.since_probe = 0;
+            self.probing = Some((self.limit, false));
+            self.limit = self.limit.min(f64::from(self.probe_limit));
+            return self.limit();
+        }
+        let noload = self.rtt_noload.map_or(window_min, |n| n.min(window_min));
+        self.rtt_noload = Some(noload);
+        let limit = self.limit;
+        let log = limit.max(1.0).log10().max(1.0 / 3.0);
+        let target = if w.dropped > 0 {
+            limit - log
+        } else if f64::from(w.max_in_flight) * 2.0 < limit {
+            return self.limit();
+        } else {
+            let queue = (limit * (1.0 - noload.as_secs_f64() / w.rtt.as_secs_f64())).ceil();
+            if queue <= log {
+                limit + 6.0 * log
+            } else if queue < 3.0 * log {
+                limit + log
+            } else if queue > 6.0 * log {
+                limit - log
+            } else {
+                return self.limit();
+            }
+        };
+        let target = clamp_limit(target, self.min, self.max);
+        self.limit = (1.0 - self.smoothing) * limit + self.smoothing * target;
+        self.limit()
+    }
+}
