@@ -610,7 +610,7 @@ proptest! {
     ) {
         let expected = GrpcCode::ALL
             .into_iter()
-            .find(|c| c.name().to_ascii_lowercase() == s.to_ascii_lowercase())
+            .find(|c| c.name().eq_ignore_ascii_case(&s))
             .or_else(|| {
                 digits_model(s.as_bytes())
                     .and_then(|n| usize::try_from(n).ok())
