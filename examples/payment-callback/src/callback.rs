@@ -216,19 +216,39 @@ mod tests {
     }
 
     proptest! {
+        /// The signature is checked first: a wrong one is refused whatever the body; the
+        /// right one hands the body to the parser, whose verdict is returned as is.
         #[test]
-        fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..300),
-                                       sig in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..80))) {
+        fn the_signature_gates_the_parser(body in proptest::collection::vec(any::<u8>(), 0..300),
+                                          sig in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..80))) {
             let s = signer();
-            let _ = verify_and_parse(&s, sig.as_deref(), &body);
-            // Correctly signed arbitrary bytes reach the parser, which must not panic either.
             let good = s.sign(&body);
-            let _ = verify_and_parse(&s, Some(good.as_bytes()), &body);
+            let wrong = sig.as_deref().is_none_or(|h| !h.eq_ignore_ascii_case(good.as_bytes()));
+            prop_assume!(wrong);
+            prop_assert!(matches!(verify_and_parse(&s, sig.as_deref(), &body), Err(Rejection::Signature(_))));
+            let parsed = PaymentCallback::parse(&body).map_err(Rejection::Payload);
+            prop_assert_eq!(verify_and_parse(&s, Some(good.as_bytes()), &body), parsed);
         }
 
+        /// A payload is accepted exactly when it is the callback object with valid fields
+        /// (checked here by a model of the rules, over near-valid JSON).
         #[test]
-        fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
-            let _ = PaymentCallback::parse(text.as_bytes());
+        fn parse_accepts_exactly_valid_fields(
+            out in "[A-Za-z0-9_|*. -]{0,66}",
+            trade in "[A-Za-z0-9_|*.é]{0,3}",
+            amount in prop_oneof![any::<u64>(), 0u64..3, Just(i64::MAX as u64), Just(i64::MAX as u64 + 1)],
+            status in "(SUCCESS|CLOSED|PAID|success)",
+        ) {
+            let body = serde_json::json!({"out_trade_no": out, "trade_no": trade, "amount": amount, "status": status});
+            let valid_id = |id: &str| (1..=64).contains(&id.len())
+                && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-|*.".contains(&b));
+            let valid = valid_id(&out) && valid_id(&trade) && amount > 0 && i64::try_from(amount).is_ok()
+                && (status == "SUCCESS" || status == "CLOSED");
+            let parsed = PaymentCallback::parse(body.to_string().as_bytes());
+            prop_assert_eq!(parsed.is_ok(), valid, "{}", body);
+            if let Ok(cb) = parsed {
+                prop_assert_eq!(PaymentCallback::parse(&cb.to_json()), Ok(cb));
+            }
         }
 
         #[test]

@@ -184,10 +184,37 @@ mod tests {
     }
 
     proptest! {
+        /// Only the body's own MAC passes (in either hex case); every other header is
+        /// missing, malformed (not 64 hex digits) or a mismatch, in that order.
         #[test]
-        fn verify_never_panics(header in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..80)),
-                               body in proptest::collection::vec(any::<u8>(), 0..256)) {
-            let _ = signer().verify(header.as_deref(), &body);
+        fn only_the_right_mac_passes(
+            header in proptest::option::of(prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..80),
+                "[0-9a-fA-F]{64}".prop_map(String::into_bytes),
+            ]),
+            flip in proptest::option::of(0usize..64),
+            body in proptest::collection::vec(any::<u8>(), 0..256),
+        ) {
+            let s = signer();
+            let good = s.sign(&body);
+            // Half the cases: the right MAC, or the right MAC with one digit changed.
+            let header = match flip {
+                None => header,
+                Some(i) => {
+                    let mut h = good.clone().into_bytes();
+                    if i % 2 == 0 { h[i] = if h[i] == b'0' { b'1' } else { b'0' }; }
+                    Some(h)
+                }
+            };
+            let expected = match &header {
+                None => Err(SignatureError::Missing),
+                Some(h) if h.len() != 64 || !h.iter().all(u8::is_ascii_hexdigit) => {
+                    Err(SignatureError::Malformed(if h.len() != 64 { "expected 64 hexadecimal digits" } else { "not hexadecimal" }))
+                }
+                Some(h) if h.eq_ignore_ascii_case(good.as_bytes()) => Ok(()),
+                Some(_) => Err(SignatureError::Mismatch),
+            };
+            prop_assert_eq!(s.verify(header.as_deref(), &body), expected);
         }
 
         #[test]

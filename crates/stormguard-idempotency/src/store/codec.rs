@@ -217,11 +217,42 @@ mod tests {
             prop_assert_eq!(decode_payload(state, &encode_payload(&c)).expect("decodes"), c);
         }
 
+        /// Whatever arbitrary bytes decode to encodes back to bytes that decode to the same
+        /// thing; what does not decode is `Corrupt`.
         #[test]
-        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300), state in 0i64..5) {
-            let _ = decode_headers(&bytes);
-            let _ = decode_payload(state, &bytes);
-            let _ = completion_from_columns(state, Some(200), Some(bytes.clone()), Some(bytes));
+        fn arbitrary_bytes_decode_to_what_encodes_back(
+            bytes in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..300),
+                // Well-formed lengths around arbitrary names and values.
+                proptest::collection::vec(("[a-zA-Z0-9 -]{0,6}", proptest::collection::vec(any::<u8>(), 0..6)), 0..4)
+                    .prop_map(|list| list.into_iter().flat_map(|(n, v)| {
+                        let mut out = (n.len() as u16).to_be_bytes().to_vec();
+                        out.extend_from_slice(n.as_bytes());
+                        out.extend_from_slice(&(v.len() as u32).to_be_bytes());
+                        out.extend_from_slice(&v);
+                        out
+                    }).collect()),
+            ],
+            state in 0i64..5,
+        ) {
+            match decode_headers(&bytes) {
+                Ok(headers) => prop_assert_eq!(decode_headers(&encode_headers(&headers)).ok(), Some(headers)),
+                Err(e) => prop_assert!(matches!(e, StoreError::Corrupt(_))),
+            }
+            match decode_payload(state, &bytes) {
+                Ok(c) => {
+                    prop_assert_eq!(completion_columns(&c).0, state);
+                    prop_assert_eq!(decode_payload(state, &encode_payload(&c)).ok(), Some(c));
+                }
+                Err(e) => prop_assert!(matches!(e, StoreError::Corrupt(_))),
+            }
+            let readable = match state {
+                COMPLETED => decode_headers(&bytes).is_ok(),
+                TOO_LARGE | BODY_FAILED => true,
+                _ => false,
+            };
+            let columns = completion_from_columns(state, Some(200), Some(bytes.clone()), Some(bytes));
+            prop_assert_eq!(columns.is_ok(), readable);
         }
 
         #[test]

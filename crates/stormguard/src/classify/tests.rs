@@ -523,29 +523,100 @@ fn headerish() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// Plain digits as a `u64`, the reading both delay headers give them.
+fn digits_model(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// Values near the HTTP-date forms, for the date branch of `parse_retry_after`.
+fn dateish() -> impl Strategy<Value = Vec<u8>> {
+    (
+        "(Mon|Tue|Wed|Thu|Fri|Sat|Sun|Monday|Xyz)",
+        0u32..40,
+        "(Jan|Feb|Oct|Dec|Oct2)",
+        1960u32..2300,
+        0u32..30,
+        "( GMT| UTC|)",
+    )
+        .prop_map(|(day, d, mon, y, h, zone)| {
+            format!("{day}, {d:02} {mon} {y} {h:02}:28:00{zone}").into_bytes()
+        })
+}
+
 proptest! {
+    // Parsers are cheap: many more cases than the default 256.
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    /// Delay-seconds are exactly the all-digit values; a date is accepted exactly when
+    /// httpdate (the date parser) reads it, and means its distance from now; every other
+    /// value is refused.
     #[test]
-    fn parse_retry_after_never_panics(v in headerish(), t in any::<u32>()) {
+    fn parse_retry_after_matches_its_grammar(
+        v in prop_oneof![headerish(), dateish()],
+        t in any::<u32>(),
+    ) {
         let now = SystemTime::UNIX_EPOCH + secs(u64::from(t));
-        let _ = parse_retry_after(&v, now);
+        let expected = match digits_model(&v) {
+            Some(n) => Some(secs(n)),
+            None if v.iter().all(u8::is_ascii_digit) => None,
+            None => std::str::from_utf8(&v)
+                .ok()
+                .filter(|s| !s.starts_with(|c: char| c.is_ascii_digit() || "+-.".contains(c)))
+                .and_then(|s| httpdate::parse_http_date(s).ok())
+                .map(|at| at.duration_since(now).unwrap_or(Duration::ZERO)),
+        };
+        prop_assert_eq!(parse_retry_after(&v, now).ok(), expected, "{:?}", String::from_utf8_lossy(&v));
     }
 
+    /// Every HTTP-date httpdate writes is read back as its distance from now.
     #[test]
-    fn parse_grpc_pushback_never_panics(v in headerish()) {
-        let _ = parse_grpc_pushback(&v);
+    fn retry_after_dates_round_trip(at in any::<u32>(), t in any::<u32>()) {
+        let at = SystemTime::UNIX_EPOCH + secs(u64::from(at));
+        let now = SystemTime::UNIX_EPOCH + secs(u64::from(t));
+        let value = httpdate::fmt_http_date(at);
+        prop_assert_eq!(
+            parse_retry_after(value.as_bytes(), now),
+            Ok(at.duration_since(now).unwrap_or(Duration::ZERO))
+        );
     }
 
+    /// A pushback is a delay exactly for plain digits that fit a `u64`; anything else asks
+    /// for no retry.
     #[test]
-    fn grpc_parse_header_never_panics(v in headerish()) {
-        if let Ok(code) = GrpcCode::parse_header(&v) {
-            prop_assert!(v.iter().all(u8::is_ascii_digit));
-            prop_assert!(GrpcCode::ALL.contains(&code));
-        }
+    fn parse_grpc_pushback_matches_its_grammar(v in headerish()) {
+        let expected = digits_model(&v).map_or(Pushback::DoNotRetry, |n| Pushback::RetryAfter(ms(n)));
+        prop_assert_eq!(parse_grpc_pushback(&v), expected);
     }
 
+    /// `grpc-status` is the code at that index, for plain digits only.
     #[test]
-    fn from_name_never_panics(s in "\\PC{0,24}") {
-        let _ = GrpcCode::from_name(&s);
+    fn grpc_parse_header_matches_its_grammar(v in headerish()) {
+        let expected = digits_model(&v)
+            .and_then(|n| usize::try_from(n).ok())
+            .and_then(|i| GrpcCode::ALL.get(i).copied());
+        prop_assert_eq!(GrpcCode::parse_header(&v).ok(), expected);
+    }
+
+    /// A name is a code's spec name in any case, or its number.
+    #[test]
+    fn from_name_matches_names_and_numbers(
+        s in prop_oneof![
+            "\\PC{0,24}",
+            "(unavailable|UNAVAILABLE|Data_Loss|ok|OK |0|16|17|014|-1)",
+        ],
+    ) {
+        let expected = GrpcCode::ALL
+            .into_iter()
+            .find(|c| c.name().eq_ignore_ascii_case(&s))
+            .or_else(|| {
+                digits_model(s.as_bytes())
+                    .and_then(|n| usize::try_from(n).ok())
+                    .and_then(|i| GrpcCode::ALL.get(i).copied())
+            });
+        prop_assert_eq!(GrpcCode::from_name(&s), expected);
     }
 
     #[test]

@@ -654,6 +654,9 @@ mod tests {
     }
 
     proptest! {
+        // Parsers are cheap: many more cases than the default 256.
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
         #[test]
         fn grpc_round_trip(d in grpc_duration()) {
             let encoded = encode_grpc_timeout(d);
@@ -686,20 +689,38 @@ mod tests {
             prop_assert!(parse_grpc_timeout(s.as_bytes()).is_ok(), "{s}");
         }
 
+        /// Each parser accepts exactly its grammar (1 to N ASCII digits, plus a unit for
+        /// `grpc-timeout`) with the value the digits state; anything else is an error.
         #[test]
-        fn parsers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..32)) {
-            let _ = parse_grpc_timeout(&bytes);
-            let _ = parse_connect_timeout_ms(&bytes);
-            let _ = parse_envoy_expected_timeout_ms(&bytes);
-            let _ = parse_request_deadline(&bytes);
-            let _ = parse_millis_header("x", &bytes, usize::MAX);
-        }
-
-        #[test]
-        fn parsers_never_panic_on_near_valid_input(s in "[-+ 0-9HMSmunx\u{b5}]{0,12}") {
-            let _ = parse_grpc_timeout(s.as_bytes());
-            let _ = parse_connect_timeout_ms(s.as_bytes());
-            let _ = parse_request_deadline(s.as_bytes());
+        fn parsers_match_their_grammar(
+            bytes in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..32),
+                "[-+ 0-9HMSmunx\u{b5}]{0,12}".prop_map(String::into_bytes),
+                "[0-9]{1,22}[HMSmun]?".prop_map(String::into_bytes),
+            ],
+        ) {
+            let digits = |d: &[u8], max: usize| -> Option<u64> {
+                if d.is_empty() || d.len() > max || !d.iter().all(u8::is_ascii_digit) {
+                    return None;
+                }
+                std::str::from_utf8(d).ok()?.parse().ok()
+            };
+            let grpc = bytes.split_last().and_then(|(&unit, d)| {
+                let per = "HMSmun".contains(char::from(unit)).then(|| unit_nanos(char::from(unit)))?;
+                let nanos = u128::from(digits(d, 8)?) * per;
+                Some(Duration::new(
+                    u64::try_from(nanos / 1_000_000_000).ok()?,
+                    u32::try_from(nanos % 1_000_000_000).ok()?,
+                ))
+            });
+            prop_assert_eq!(parse_grpc_timeout(&bytes).ok(), grpc);
+            let millis = digits(&bytes, 10).map(Duration::from_millis);
+            prop_assert_eq!(parse_connect_timeout_ms(&bytes).ok(), millis);
+            prop_assert_eq!(parse_envoy_expected_timeout_ms(&bytes).ok(), millis);
+            let epoch = digits(&bytes, 20).map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+            prop_assert_eq!(parse_request_deadline(&bytes).ok(), epoch);
+            let any_len = digits(&bytes, usize::MAX).map(Duration::from_millis);
+            prop_assert_eq!(parse_millis_header("x", &bytes, usize::MAX).ok(), any_len);
         }
 
         #[test]

@@ -114,9 +114,19 @@ mod tests {
     }
 
     proptest! {
+        /// A key is 1 to 255 bytes of printable ASCII; the error names the first rule broken.
         #[test]
-        fn never_panics(s in ".{0,300}") {
-            let _ = IdempotencyKey::new(&s);
+        fn accepts_exactly_printable_ascii(s in prop_oneof![".{0,300}", "[ -~]{250,260}", "[ -~\\t\\x7f]{0,6}"]) {
+            let expected = if s.is_empty() {
+                Err(InvalidKey::Empty)
+            } else if s.len() > IdempotencyKey::MAX_LEN {
+                Err(InvalidKey::TooLong(s.len()))
+            } else if let Some(at) = s.bytes().position(|b| !(b' '..=b'~').contains(&b)) {
+                Err(InvalidKey::NotPrintable(at))
+            } else {
+                Ok(s.clone())
+            };
+            prop_assert_eq!(IdempotencyKey::new(&s).map(|k| k.as_str().to_owned()), expected);
         }
 
         #[test]

@@ -1,0 +1,266 @@
+//! Models the fuzz targets compare stormguard's parsers against.
+//!
+//! Each model is written from the specification, not from the code it checks, and as plainly
+//! as possible (no fast paths): a disagreement is a bug in one of the two, and the target
+//! says which input shows it.
+
+/// Reference models, one module per format.
+pub mod sf {
+    //! A structured-field Item (RFC 9651 §4.2.3), parsed the way the RFC's algorithm reads,
+    //! keeping only what the `Idempotency-Key` header needs: whether the value is one valid
+    //! Item, and the String it holds if its bare item is a String.
+
+    /// The bare item of a valid Item: `Some(text)` for a String, `None` for any other type.
+    /// `Err(())` when the bytes are not one Item at all.
+    pub fn item_string(input: &[u8]) -> Result<Option<String>, ()> {
+        // The field value must be ASCII (§4.2, "convert input_bytes into an ASCII string").
+        if !input.is_ascii() {
+            return Err(());
+        }
+        let mut p = Parser { s: input, at: 0 };
+        p.skip_sp();
+        let bare = p.bare_item()?;
+        p.parameters()?;
+        p.skip_sp();
+        if p.at != p.s.len() {
+            return Err(());
+        }
+        Ok(match bare {
+            Bare::String(s) => Some(s),
+            Bare::Other => None,
+        })
+    }
+
+    enum Bare {
+        String(String),
+        Other,
+    }
+
+    struct Parser<'a> {
+        s: &'a [u8],
+        at: usize,
+    }
+
+    fn is_tchar(c: u8) -> bool {
+        c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
+    }
+
+    impl Parser<'_> {
+        fn peek(&self) -> Option<u8> {
+            self.s.get(self.at).copied()
+        }
+
+        fn next(&mut self) -> Option<u8> {
+            let c = self.peek()?;
+            self.at += 1;
+            Some(c)
+        }
+
+        fn skip_sp(&mut self) {
+            while self.peek() == Some(b' ') {
+                self.at += 1;
+            }
+        }
+
+        fn bare_item(&mut self) -> Result<Bare, ()> {
+            match self.peek().ok_or(())? {
+                b'-' | b'0'..=b'9' => self.number().map(|_| Bare::Other),
+                b'"' => self.string().map(Bare::String),
+                b'*' | b'a'..=b'z' | b'A'..=b'Z' => {
+                    self.token();
+                    Ok(Bare::Other)
+                }
+                b':' => self.bytes().map(|()| Bare::Other),
+                b'?' => {
+                    self.at += 1;
+                    match self.next() {
+                        Some(b'0' | b'1') => Ok(Bare::Other),
+                        _ => Err(()),
+                    }
+                }
+                b'@' => {
+                    self.at += 1;
+                    match self.number()? {
+                        true => Ok(Bare::Other),
+                        false => Err(()),
+                    }
+                }
+                b'%' => self.display_string().map(|()| Bare::Other),
+                _ => Err(()),
+            }
+        }
+
+        /// §4.2.4: `Ok(true)` for an Integer, `Ok(false)` for a Decimal.
+        fn number(&mut self) -> Result<bool, ()> {
+            if self.peek() == Some(b'-') {
+                self.at += 1;
+            }
+            if !self.peek().is_some_and(|c| c.is_ascii_digit()) {
+                return Err(());
+            }
+            let mut digits = String::new();
+            let mut integer = true;
+            while let Some(c) = self.peek() {
+                if c.is_ascii_digit() {
+                    digits.push(char::from(c));
+                } else if integer && c == b'.' {
+                    if digits.len() > 12 {
+                        return Err(());
+                    }
+                    digits.push('.');
+                    integer = false;
+                } else {
+                    break;
+                }
+                self.at += 1;
+                if (integer && digits.len() > 15) || (!integer && digits.len() > 16) {
+                    return Err(());
+                }
+            }
+            if !integer {
+                let (_, frac) = digits.split_once('.').ok_or(())?;
+                if frac.is_empty() || frac.len() > 3 {
+                    return Err(());
+                }
+            }
+            Ok(integer)
+        }
+
+        /// §4.2.5.
+        fn string(&mut self) -> Result<String, ()> {
+            self.at += 1;
+            let mut out = String::new();
+            loop {
+                let c = self.next().ok_or(())?;
+                match c {
+                    b'\\' => match self.next() {
+                        Some(e @ (b'"' | b'\\')) => out.push(char::from(e)),
+                        _ => return Err(()),
+                    },
+                    b'"' => return Ok(out),
+                    0x00..=0x1f | 0x7f..=0xff => return Err(()),
+                    _ => out.push(char::from(c)),
+                }
+            }
+        }
+
+        /// §4.2.6.
+        fn token(&mut self) {
+            self.at += 1;
+            while self
+                .peek()
+                .is_some_and(|c| is_tchar(c) || c == b':' || c == b'/')
+            {
+                self.at += 1;
+            }
+        }
+
+        /// §4.2.7: base64 between colons, "synthesizing padding if necessary": padding may be
+        /// missing or short (`aG`, `aG=`, `aG==`), never in excess (`aGk==`) or where no
+        /// group is partial (`aGk=x`, `aGkh=`).
+        fn bytes(&mut self) -> Result<(), ()> {
+            self.at += 1;
+            let rest = &self.s[self.at..];
+            let end = rest.iter().position(|&c| c == b':').ok_or(())?;
+            let content = &rest[..end];
+            self.at += end + 1;
+            let data_len = content.iter().take_while(|&&c| c != b'=').count();
+            let (data, pad) = content.split_at(data_len);
+            let alphabet = |c: &u8| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/';
+            if !data.iter().all(alphabet) || !pad.iter().all(|&c| c == b'=') {
+                return Err(());
+            }
+            let tail = data.len() % 4;
+            let ok = match pad.len() {
+                0 => tail != 1,
+                n => tail >= 2 && tail + n <= 4,
+            };
+            if ok { Ok(()) } else { Err(()) }
+        }
+
+        /// §4.2.10: `%"` then printable ASCII and `%xx` (lower-case hex), valid UTF-8.
+        fn display_string(&mut self) -> Result<(), ()> {
+            self.at += 1;
+            if self.next() != Some(b'"') {
+                return Err(());
+            }
+            let mut octets = Vec::new();
+            loop {
+                let c = self.next().ok_or(())?;
+                match c {
+                    0x00..=0x1f | 0x7f..=0xff => return Err(()),
+                    b'%' => {
+                        let hex = |c: Option<u8>| match c {
+                            Some(d @ b'0'..=b'9') => Ok(d - b'0'),
+                            Some(d @ b'a'..=b'f') => Ok(d - b'a' + 10),
+                            _ => Err(()),
+                        };
+                        let hi = hex(self.next())?;
+                        let lo = hex(self.next())?;
+                        octets.push(hi * 16 + lo);
+                    }
+                    b'"' => return String::from_utf8(octets).map(|_| ()).map_err(|_| ()),
+                    _ => octets.push(c),
+                }
+            }
+        }
+
+        /// §4.2.3.2: `;key[=bare-item]`, repeated.
+        fn parameters(&mut self) -> Result<(), ()> {
+            while self.peek() == Some(b';') {
+                self.at += 1;
+                self.skip_sp();
+                match self.next() {
+                    Some(b'a'..=b'z' | b'*') => {}
+                    _ => return Err(()),
+                }
+                while self.peek().is_some_and(|c| {
+                    c.is_ascii_lowercase() || c.is_ascii_digit() || b"_-.*".contains(&c)
+                }) {
+                    self.at += 1;
+                }
+                if self.peek() == Some(b'=') {
+                    self.at += 1;
+                    self.bare_item()?;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::item_string;
+
+        #[test]
+        fn reads_the_rfc_examples() {
+            assert_eq!(item_string(b"\"abc\""), Ok(Some("abc".into())));
+            assert_eq!(item_string(br#"  "a\"b";v=1;w"#), Ok(Some("a\"b".into())));
+            assert_eq!(item_string(b"abc"), Ok(None));
+            assert_eq!(item_string(b"-12.345"), Ok(None));
+            assert_eq!(item_string(b":aGk=:"), Ok(None));
+            assert_eq!(item_string(b"%\"caf%c3%a9\""), Ok(None));
+            assert_eq!(item_string(b"\"a\";k=:aGk:"), Ok(Some("a".into())));
+            assert_eq!(item_string(b":aG=:"), Ok(None));
+            for bad in [
+                &b""[..],
+                b"\"abc",
+                b"\"a\\x\"",
+                b"1.",
+                b"1.2345",
+                b"1234567890123456",
+                b"\"a\" x",
+                b"\"a\";K=1",
+                b":a:",
+                b":aGk==:",
+                b"%\"%C3%A9\"",
+                b"%\"%ff\"",
+                b"@1.5",
+                b"?2",
+                b"\"\xc3\xa9\"",
+            ] {
+                assert_eq!(item_string(bad), Err(()), "{bad:?}");
+            }
+        }
+    }
+}
