@@ -7,7 +7,7 @@
 //! retries into an open breaker, the other forgets to hand its per-try timeout downstream,
 //! and their metrics disagree. [`ClientMiddleware`] is not a second implementation: it hands
 //! each request to the very engine the tower [`Client`](crate::client::Client) runs — the
-//! same [`EndpointPolicy`](stormguard::policy::EndpointPolicy) route table (swappable while it
+//! same [`EndpointPolicy`] route table (swappable while it
 //! runs), the same order (call deadline → adaptive throttle → retry or hedge with the shared
 //! budget → breaker per attempt → attempt deadline on the wire), the same classification,
 //! the same [`Observer`] events and the same [`Fallback`](crate::client::Fallback) hook. Only
