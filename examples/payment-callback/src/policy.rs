@@ -9,10 +9,6 @@
 //! left of it.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-
-use stormguard::budget::RetryBudget;
-use stormguard::clock::Clock;
 use stormguard::policy::{BudgetSpec, EndpointPolicy, PolicyFile};
 
 /// The embedded default policy file (`examples/payment-callback/policy.toml`).
@@ -99,11 +95,6 @@ impl Policies {
         Policies::from_toml(DEFAULT_POLICY)
     }
 
-    /// The risk service's budget, built once and shared by every callback.
-    pub fn risk_budget(&self) -> Result<Arc<dyn RetryBudget>, PolicyError> {
-        build_budget(self.risk.budget())
-    }
-
     /// The budget's size above its retry threshold, for the harness's bound on retries in an
     /// outage: a gRPC bucket allows retries while more than half its tokens are left.
     pub fn risk_budget_headroom(&self) -> Option<u64> {
@@ -112,13 +103,6 @@ impl Policies {
             BudgetSpec::SpendPerRetry { max_tokens, .. } => Some(u64::from(max_tokens)),
             _ => None,
         }
-    }
-}
-
-fn build_budget(config: Option<&BudgetSpec>) -> Result<Arc<dyn RetryBudget>, PolicyError> {
-    match config {
-        Some(c) => Ok(c.build(Clock::tokio())?),
-        None => Ok(Arc::new(stormguard::budget::Unlimited)),
     }
 }
 
@@ -146,7 +130,6 @@ mod tests {
             assert_eq!(e.overall_timeout(), None, "no global timeout");
         }
         assert_eq!(p.risk_budget_headroom(), Some(50));
-        assert!(p.risk_budget().is_ok());
     }
 
     #[test]

@@ -1,56 +1,61 @@
-//! The risk service (a fault-injecting stand-in) and the budgeted client that calls it.
+//! The risk service (a fault-injecting stand-in) and the client that calls it.
 //!
 //! # The client
 //!
-//! The risk check is the one dependency retried here: two retries, 300 ms then 600 ms
-//! (jittered), through the core [`Retrier`] and a token bucket shared by every callback, so a
-//! risk outage costs the risk service at most the bucket's headroom in retries instead of
-//! tripling its load. Each attempt is bounded by `min(read timeout, what is left of the
-//! callback's deadline)` and the retrier gives up when the deadline cannot fit another wait plus
-//! a minimum call. When it gives up, [`RiskClient::check`] returns the whole attempt history,
-//! which the handler logs and answers with `500` and `X-Retry-Exhausted: true`: the platform
-//! redelivers on its own schedule, and nobody upstream retries again.
+//! The risk check is the one dependency retried here, and it is retried by the product, not
+//! by a loop of our own: a reqwest client with stormguard-tower's [`ClientMiddleware`] built
+//! from the `risk-check` [`EndpointPolicy`] — two retries, 300 ms then 600 ms (jittered), a
+//! token bucket shared by every callback (so a risk outage costs the risk service at most the
+//! bucket's headroom in retries instead of tripling its load), each attempt bounded by
+//! `min(per-try timeout, what is left of the callback's deadline)` and that bound written on
+//! the wire, and no retry when the deadline cannot fit another wait plus a minimum call.
+//! Every attempt carries its number in [`ATTEMPT`] (`x-stormguard-attempt`), which is how the
+//! harness measures the retry rate from the risk service's side.
 //!
-//! Every attempt carries its number in [`ATTEMPT_HEADER`], which is how the harness measures
-//! the retry rate from the risk service's side.
+//! What the stack does is observed twice: [`Telemetry`] gives the stack's own metrics and
+//! spans (endpoint `risk-check`), and a [`CheckLog`] keeps each check's attempts by request
+//! id, so that when the stack gives up, [`RiskClient::check`] returns the whole attempt
+//! history, which the handler logs and answers with `500` and `X-Retry-Exhausted: true`: the
+//! platform redelivers on its own schedule, and nobody upstream retries again.
 //!
 //! # The service
 //!
 //! [`RiskServer`] answers `POST /risk/check` with `200` or, as told by its [`RiskFaults`],
-//! with `503` at a seeded failure rate, after a seeded extra latency, or always while "down".
+//! with `503` at a seeded failure rate, after a seeded extra latency, or always while "down"
+//! (or, with [`RiskFaults::set_hanging`], never: it holds every request open).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use axum::BoxError;
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::post;
-use stormguard::budget::RetryBudget;
-use stormguard::classify::{Outcome, classify_http_response};
+use reqwest_middleware::ClientWithMiddleware;
 use stormguard::fault::{Abort, FaultConfig, FaultInjector, Latency};
 use stormguard::policy::EndpointPolicy;
-use stormguard::retry::{
-    AttemptOutcome, Call, Failure, Retrier, RetryObserver, RetryReason, SeededRandom, StopReason,
-};
+use stormguard::retry::StopReason;
+use stormguard_tower::client::{ClientLayerBuilder, InvalidPolicies};
 use stormguard_tower::fault::FaultLayer;
+use stormguard_tower::observe::{AttemptEnd, AttemptStart, CallEnd, CallInfo, Observer, Telemetry};
+use stormguard_tower::reqwest::ClientMiddleware;
+use stormguard_tower::wire::{ATTEMPT, REQUEST_ID};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tower::ServiceBuilder;
-use tracing::Instrument;
 
 use crate::callback::PaymentCallback;
-
-/// The request header carrying the attempt number (1 for the first attempt).
-pub const ATTEMPT_HEADER: &str = "x-stormguard-attempt";
 
 /// The dependency label of the risk service in metrics and logs.
 pub const DEPENDENCY: &str = "risk-check";
@@ -81,6 +86,7 @@ pub struct RiskFaults {
     latency: Arc<FaultInjector>,
     failures: Arc<FaultInjector>,
     outage: Arc<FaultInjector>,
+    hanging: AtomicBool,
     stats: RiskStats,
 }
 
@@ -142,6 +148,7 @@ impl RiskFaults {
                     .with_abort(1.0, UNAVAILABLE)
                     .with_enabled(false),
             ),
+            hanging: AtomicBool::new(false),
             stats: RiskStats::default(),
         }
     }
@@ -180,6 +187,11 @@ impl RiskFaults {
         } else {
             self.outage.disable();
         }
+    }
+
+    /// Switches "hanging" (every request held open, never answered) on or off.
+    pub fn set_hanging(&self, hanging: bool) {
+        self.hanging.store(hanging, Ordering::SeqCst);
     }
 
     /// Whether the service is down.
@@ -234,7 +246,7 @@ async fn count_requests(
     let s = &faults.stats;
     let attempt: u32 = req
         .headers()
-        .get(ATTEMPT_HEADER)
+        .get(ATTEMPT)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
@@ -252,6 +264,10 @@ async fn count_requests(
         }
         s.peak_in_flight_while_down
             .fetch_max(now_in_flight, Ordering::SeqCst);
+    }
+    if faults.hanging.load(Ordering::SeqCst) {
+        // Held open until the caller gives up (or the server stops).
+        std::future::pending::<()>().await;
     }
     let response = next.run(req).await;
     if response.status() == StatusCode::SERVICE_UNAVAILABLE {
@@ -345,11 +361,12 @@ pub struct AttemptRecord {
     pub started: Duration,
     /// How long it took.
     pub took: Duration,
-    /// What came back: `status 503`, `connect error: …`, `cut by per-try timeout`.
+    /// What came back: `status 503`, `transport error: connection_refused`, `cut by the
+    /// per-try timeout`.
     pub result: String,
 }
 
-/// The risk check did not pass: the retrier gave up.
+/// The risk check did not pass: the client stack gave up.
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("risk check gave up after {attempts} attempt(s) ({}): {last}", reason.label())]
 pub struct RiskExhausted {
@@ -388,100 +405,118 @@ pub enum RiskClientError {
     /// The HTTP client could not be built.
     #[error("building the risk HTTP client: {0}")]
     Http(#[from] reqwest::Error),
-    /// The policy's budget could not be built.
-    #[error(transparent)]
-    Policy(#[from] crate::policy::PolicyError),
+    /// The policy cannot drive the client stack.
+    #[error("the risk-check policy: {0}")]
+    Policy(#[from] InvalidPolicies),
 }
 
-/// A response from the risk service, as the classifier needs it.
-#[derive(Clone, Copy, Debug)]
-struct RiskResponse {
-    status: u16,
-    retry_after: Option<Duration>,
-    exhausted: bool,
-}
-
-fn classify(result: &Result<RiskResponse, reqwest::Error>) -> Outcome {
-    match result {
-        Ok(r) => classify_http_response(r.status, r.retry_after, r.exhausted),
-        // Nothing was sent when the connection could not be made.
-        Err(e) if e.is_connect() => Outcome::Retryable,
-        // Sent and then lost or timed out: in doubt (the check is read-only, and the policy
-        // declares it idempotent, so it is retried).
-        Err(_) => Outcome::InDoubt,
-    }
-}
-
-/// Counts attempts, retries and give-ups of the risk check.
+/// What the client stack reported about each risk check in flight, by request id: the
+/// attempts (for the history line) and how the check ended. The stack's own metrics, spans
+/// and log events come from [`Telemetry`], beside it.
 #[derive(Debug, Default)]
-pub struct RetryMetrics;
+pub struct CheckLog {
+    checks: Mutex<HashMap<String, Check>>,
+}
 
-impl RetryObserver for RetryMetrics {
-    fn attempt_started(&self, _attempt: u32) {
-        metrics::counter!("payment_dependency_attempts_total", "dependency" => DEPENDENCY)
-            .increment(1);
-    }
+/// One check's story.
+#[derive(Debug, Default)]
+struct Check {
+    origin: Option<Instant>,
+    attempts: Vec<AttemptRecord>,
+    end: Option<CallEnd>,
+}
 
-    fn retry_scheduled(&self, _next: u32, delay: Duration, reason: RetryReason) {
-        metrics::counter!("payment_dependency_retries_total", "dependency" => DEPENDENCY, "reason" => reason.label())
-            .increment(1);
-        metrics::histogram!("payment_dependency_retry_delay_seconds", "dependency" => DEPENDENCY)
-            .record(delay.as_secs_f64());
-    }
-
-    fn attempt_ended(&self, _attempt: u32, ended: &AttemptOutcome) {
-        if ended.outcome.is_failure() {
-            metrics::counter!("payment_dependency_failures_total", "dependency" => DEPENDENCY, "outcome" => ended.outcome.label())
-                .increment(1);
+impl CheckLog {
+    fn with_check(&self, call: &CallInfo<'_>, f: impl FnOnce(&mut Check)) {
+        let Some(id) = call.request_id else { return };
+        if let Ok(mut checks) = self.checks.lock() {
+            f(checks.entry(id.to_owned()).or_default());
         }
     }
 
-    fn gave_up(&self, _attempts: u32, reason: StopReason) {
-        metrics::counter!("payment_dependency_gave_up_total", "dependency" => DEPENDENCY, "reason" => reason.label())
-            .increment(1);
+    fn take(&self, id: &str) -> Check {
+        self.checks
+            .lock()
+            .ok()
+            .and_then(|mut checks| checks.remove(id))
+            .unwrap_or_default()
     }
 }
 
-/// Calls the risk service under the `risk-check` policy.
+impl Observer for CheckLog {
+    fn attempt_started(&self, call: &CallInfo<'_>, attempt: &AttemptStart) {
+        let now = Instant::now();
+        self.with_check(call, |check| {
+            let origin = *check.origin.get_or_insert(now);
+            check.attempts.push(AttemptRecord {
+                number: attempt.number,
+                started: now.duration_since(origin),
+                took: Duration::ZERO,
+                // Until it ends: an attempt dropped with the whole check never does.
+                result: "cancelled".to_owned(),
+            });
+        });
+    }
+
+    fn attempt_ended(&self, call: &CallInfo<'_>, attempt: &AttemptEnd) {
+        self.with_check(call, |check| {
+            let Some(record) = check
+                .attempts
+                .iter_mut()
+                .rfind(|r| r.number == attempt.number)
+            else {
+                return;
+            };
+            record.took = attempt.elapsed;
+            record.result = match (attempt.timed_out, attempt.status, attempt.error_type) {
+                (true, _, _) => "cut by the per-try timeout".to_owned(),
+                (false, Some(status), _) => format!("status {}", status.as_u16()),
+                (false, None, Some(kind)) => format!("transport error: {kind}"),
+                (false, None, None) => attempt.outcome.label().to_owned(),
+            };
+        });
+    }
+
+    fn call_finished(&self, call: &CallInfo<'_>, end: &CallEnd) {
+        self.with_check(call, |check| check.end = Some(*end));
+    }
+}
+
+/// Forgets a check's story however the check ends (the business deadline may drop it).
+struct Forget<'a> {
+    log: &'a CheckLog,
+    id: &'a str,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        drop(self.log.take(self.id));
+    }
+}
+
+/// Calls the risk service through the client stack, under the `risk-check` policy.
 pub struct RiskClient {
-    http: reqwest::Client,
+    http: ClientWithMiddleware,
     url: String,
-    retrier: Retrier<Arc<dyn RetryBudget>, RetryMetrics, SeededRandom>,
+    log: Arc<CheckLog>,
+    checks: AtomicU64,
 }
 
 impl std::fmt::Debug for RiskClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RiskClient")
             .field("url", &self.url)
-            .field("policy", self.retrier.policy())
             .finish_non_exhaustive()
     }
 }
 
-/// Records an attempt that the per-try timeout cut (its future is dropped mid-way).
-struct Pending<'a> {
-    history: &'a Mutex<Vec<AttemptRecord>>,
-    record: Option<AttemptRecord>,
-    started: Instant,
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if let (Some(mut record), Ok(mut history)) = (self.record.take(), self.history.lock()) {
-            record.took = self.started.elapsed();
-            record.result = "cut by the per-try timeout".to_owned();
-            history.push(record);
-        }
-    }
-}
-
 impl RiskClient {
-    /// A client for `url` under `policy` (connect timeout → connect, per-try timeout →
-    /// read timeout and per-attempt bound), sharing `budget`, with jitter drawn from `seed`.
+    /// A client for `url` under `policy` (its connect timeout on the connection; its per-try
+    /// timeout, retries, backoff and budget in the [`ClientMiddleware`]), with jitter drawn
+    /// from `seed`.
     pub fn new(
         url: impl Into<String>,
         policy: &EndpointPolicy,
-        budget: Arc<dyn RetryBudget>,
         seed: u64,
     ) -> Result<Self, RiskClientError> {
         let mut http = reqwest::Client::builder()
@@ -490,122 +525,73 @@ impl RiskClient {
         if let Some(connect) = policy.connect_timeout() {
             http = http.connect_timeout(connect);
         }
-        if let Some(read) = policy.retry().per_try_timeout() {
-            http = http.read_timeout(read);
-        }
-        let retrier = Retrier::new(*policy.retry())
-            .with_budget(budget)
-            .with_observer(RetryMetrics)
-            .with_random(SeededRandom::new(seed));
+        let log = Arc::new(CheckLog::default());
+        let stack = ClientLayerBuilder::single(DEPENDENCY, policy.clone())
+            .with_seed(seed)
+            .with_observer((Telemetry, Arc::clone(&log)))
+            .build()?;
+        let http = reqwest_middleware::ClientBuilder::new(http.build()?)
+            .with(ClientMiddleware::from(stack))
+            .build();
         Ok(RiskClient {
-            http: http.build()?,
+            http,
             url: url.into(),
-            retrier,
+            log,
+            checks: AtomicU64::new(0),
         })
     }
 
     /// Checks `cb`: `Ok` when the service passed it, or the whole story of why not.
     pub async fn check(&self, cb: &PaymentCallback) -> Result<(), RiskExhausted> {
+        let n = self.checks.fetch_add(1, Ordering::Relaxed);
+        let id = format!("risk-{}-{n}", cb.out_trade_no);
+        let _forget = Forget {
+            log: &self.log,
+            id: &id,
+        };
         let body =
             serde_json::json!({ "out_trade_no": cb.out_trade_no, "amount": cb.amount }).to_string();
-        let history = Mutex::new(Vec::new());
-        let log = &history;
-        let origin = Instant::now();
-        let report = self
-            .retrier
-            .run_report(
-                Call::new(),
-                |attempt| {
-                    let started = Instant::now();
-                    let mut pending = Pending {
-                        history: log,
-                        record: Some(AttemptRecord {
-                            number: attempt.number,
-                            started: started.duration_since(origin),
-                            took: Duration::ZERO,
-                            result: String::new(),
-                        }),
-                        started,
-                    };
-                    let request = self
-                        .http
-                        .post(&self.url)
-                        .header(ATTEMPT_HEADER, attempt.number)
-                        .header("content-type", "application/json")
-                        .body(body.clone());
-                    // One span per attempt, named and shaped like the RetryLayer's.
-                    let span = tracing::info_span!(
-                        target: "stormguard::retry",
-                        "stormguard.attempt",
-                        dependency = DEPENDENCY,
-                        retry.attempt = attempt.number,
-                        http.request.resend_count = attempt.number.saturating_sub(1),
-                        http.response.status_code = tracing::field::Empty,
-                        elapsed_ms = tracing::field::Empty,
-                    );
-                    let attempt_span = span.clone();
-                    async move {
-                        let result = request.send().await.map(|r| RiskResponse {
-                            status: r.status().as_u16(),
-                            retry_after: r.headers().get("retry-after").and_then(|v| {
-                                stormguard::classify::parse_retry_after(
-                                    v.as_bytes(),
-                                    std::time::SystemTime::now(),
-                                )
-                                .ok()
-                            }),
-                            exhausted: stormguard_tower::wire::is_exhausted(r.headers()),
-                        });
-                        if let (Some(mut record), Ok(mut h)) = (pending.record.take(), log.lock()) {
-                            record.took = started.elapsed();
-                            record.result = match &result {
-                                Ok(r) => format!("status {}", r.status),
-                                Err(e) => describe(e),
-                            };
-                            h.push(record);
-                        }
-                        if let Ok(r) = &result {
-                            attempt_span.record("http.response.status_code", r.status);
-                        }
-                        let elapsed_ms =
-                            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                        attempt_span.record("elapsed_ms", elapsed_ms);
-                        result
-                    }
-                    .instrument(span)
-                },
-                classify,
-            )
+        let sent = self
+            .http
+            .post(&self.url)
+            .header(REQUEST_ID, &id)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
             .await;
-        if report.stop == StopReason::Succeeded {
-            return Ok(());
-        }
-        let last = match &report.result {
-            Ok(r) => format!("status {}", r.status),
-            Err(Failure::Error(e)) => describe(e),
-            Err(Failure::TimedOut(after)) => format!("attempt timed out after {after:?}"),
-            Err(Failure::Refused(refusal)) => format!("not sent: {refusal}"),
+        let last = match &sent {
+            Ok(response) if response.status().is_success() => return Ok(()),
+            Ok(response) => format!("status {}", response.status().as_u16()),
+            Err(error) => describe(error),
         };
-        let history = history.into_inner().unwrap_or_default();
+        let check = self.log.take(&id);
+        let (reason, attempts) = match check.end {
+            Some(end) => (end.stop, end.attempts),
+            None => (StopReason::NeverRetry, check.attempts.len() as u32),
+        };
         Err(RiskExhausted {
-            reason: report.stop,
-            attempts: report.attempts,
+            reason,
+            attempts,
             last,
-            history,
+            history: check.attempts,
         })
     }
 }
 
-fn describe(e: &reqwest::Error) -> String {
-    let kind = if e.is_connect() {
+/// An error and its causes on one line, its kind first.
+fn describe(error: &reqwest_middleware::Error) -> String {
+    let kind = if error.is_connect() {
         "connect error"
-    } else if e.is_timeout() {
+    } else if error.is_timeout() {
         "timeout"
     } else {
-        "transport error"
+        match error {
+            reqwest_middleware::Error::Reqwest(_) => "transport error",
+            reqwest_middleware::Error::Middleware(_) => "not answered",
+        }
     };
-    let mut text = format!("{kind}: {e}");
-    let mut source = std::error::Error::source(e);
+    let mut text = format!("{kind}: {error}");
+    let mut source = std::error::Error::source(error);
     while let Some(s) = source {
         text.push_str(": ");
         text.push_str(&s.to_string());
@@ -617,22 +603,6 @@ fn describe(e: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn classification_follows_the_core() {
-        let ok = |status, exhausted| -> Result<RiskResponse, reqwest::Error> {
-            Ok(RiskResponse {
-                status,
-                retry_after: None,
-                exhausted,
-            })
-        };
-        assert_eq!(classify(&ok(200, false)), Outcome::Success);
-        assert_eq!(classify(&ok(503, false)), Outcome::Retryable);
-        // A risk service that already retried is not retried again.
-        assert_eq!(classify(&ok(503, true)), Outcome::NeverRetry);
-        assert_eq!(classify(&ok(400, false)), Outcome::NeverRetry);
-    }
 
     #[test]
     fn fault_draws_follow_the_rate() {

@@ -8,7 +8,8 @@
 //! 3. **answer a known duplicate at once** — an order already paid is `200` `success` without a
 //!    risk check (its first delivery passed one): a redelivery storm costs the risk service
 //!    nothing;
-//! 4. **check risk** with budgeted retries — when they are exhausted: `500` with
+//! 4. **check risk** with budgeted retries, ending [`HANDLER_RESERVE`] before the business
+//!    deadline — when they are exhausted: `500` with
 //!    `X-Retry-Exhausted: true`, the whole attempt history logged at error level, and a count
 //!    in `payment_retry_exhausted_total`; the platform redelivers on its own schedule;
 //! 5. **record the payment exactly once** — one transaction: the row keyed by `out_trade_no`,
@@ -36,7 +37,8 @@ use axum::routing::{get, post};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use stormguard::budget::Unlimited;
 use stormguard::classify::Outcome;
-use stormguard::deadline::WallClock;
+use stormguard::clock::Clock;
+use stormguard::deadline::{self, Deadline, WallClock};
 use stormguard::retry::{Call, Retrier, SeededRandom};
 use stormguard_tower::DeadlineLayer;
 use stormguard_tower::deadline::InvalidDeadlineConfig;
@@ -58,6 +60,11 @@ pub const CALLBACK_PATH: &str = "/pay/callback";
 
 /// The business deadline: the platform waits 5 s; 4.5 s leaves room for the network.
 pub const BUSINESS_DEADLINE: Duration = Duration::from_millis(4500);
+
+/// What the handler keeps of the business deadline for its own work: the risk check ends
+/// this long before it, so that a risk service that hangs is answered with a marked `500`
+/// (the platform redelivers) and never cut by the deadline (`504`) in the middle of a step.
+pub const HANDLER_RESERVE: Duration = Duration::from_millis(250);
 
 /// The largest callback body accepted.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -192,7 +199,16 @@ async fn handle(app: &AppState, headers: &HeaderMap, body: &[u8]) -> (&'static s
         );
         return ("duplicate", answer(StatusCode::OK, "success"));
     }
-    if let Err(exhausted) = app.risk.check(&cb).await {
+    // The risk check ends HANDLER_RESERVE before the business deadline: the rest is the
+    // handler's own, to answer (or record) before the platform stops listening.
+    let checked = match deadline::current() {
+        Some(business) => {
+            let left = business.remaining().saturating_sub(HANDLER_RESERVE);
+            deadline::scope(Deadline::after(left, Clock::tokio()), app.risk.check(&cb)).await
+        }
+        None => app.risk.check(&cb).await,
+    };
+    if let Err(exhausted) = checked {
         metrics::counter!("payment_retry_exhausted_total", "dependency" => RISK).increment(1);
         tracing::error!(
             out_trade_no = cb.out_trade_no,
@@ -289,12 +305,7 @@ impl Service {
             ..StoreOptions::default()
         };
         let store = Store::connect(&config.database, options).await?;
-        let risk = RiskClient::new(
-            config.risk_url.clone(),
-            &policies.risk,
-            policies.risk_budget()?,
-            config.seed,
-        )?;
+        let risk = RiskClient::new(config.risk_url.clone(), &policies.risk, config.seed)?;
         let broker = Broker::connect(&config.broker, &store).await?;
         let publisher =
             BrokerPublisher::new(broker.clone(), &policies.publish, config.seed ^ 0x5eed);

@@ -30,18 +30,19 @@ use crate::observe::{CallEnd, CallInfo, FallbackReason, Observer};
 use crate::wire::{self, BoxError, Protocol};
 
 /// The response a call resolves to.
-pub(super) type CallResult<ResB> = Result<Response<ReplayBody<ResB>>, Error>;
+pub(crate) type CallResult<ResB> = Result<Response<ReplayBody<ResB>>, Error>;
 
-/// One logical request.
-pub(super) async fn run<S, ReqB, ResB, O>(
+/// One logical request. The service may borrow (a reqwest middleware chain's `Next`): the
+/// call runs in the caller's task and spawns nothing.
+pub(crate) async fn run<S, ReqB, ResB, O>(
     shared: Arc<Shared<O>>,
     endpoint: Arc<Endpoint<O>>,
     service: S,
     request: Request<ReqB>,
 ) -> CallResult<ResB>
 where
-    S: Service<Request<ReplayBody<ReqB>>, Response = Response<ResB>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: Service<Request<ReplayBody<ReqB>>, Response = Response<ResB>> + Clone + Send,
+    S::Future: Send,
     S::Error: Into<BoxError>,
     ReqB: Body + Send + 'static,
     ReqB::Data: Send,
@@ -287,11 +288,10 @@ where
         observer: &CallObserver<'_, O>,
     ) -> impl std::future::Future<Output = Result<Response<ReplayBody<ResB>>, BoxError>>
     + Send
-    + 'static
     + use<ReqB, S, ResB, O>
     where
-        S: Service<Request<ReplayBody<ReqB>>, Response = Response<ResB>> + Send + 'static,
-        S::Future: Send + 'static,
+        S: Service<Request<ReplayBody<ReqB>>, Response = Response<ResB>> + Send,
+        S::Future: Send,
         S::Error: Into<BoxError>,
         ResB: Body + Send + 'static,
         ResB::Data: Send,

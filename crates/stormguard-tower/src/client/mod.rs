@@ -72,9 +72,9 @@
 //! # Ok(()) }
 //! ```
 
-mod call;
+pub(crate) mod call;
 mod classify;
-mod endpoint;
+pub(crate) mod endpoint;
 mod error;
 mod fallback;
 mod live;
@@ -143,6 +143,14 @@ pub(crate) struct Shared<O> {
     pub(crate) fallback: Option<Arc<dyn Fallback>>,
 }
 
+impl<O> Shared<O> {
+    /// The endpoint a request follows, from the policies in use now (one atomic load).
+    pub(crate) fn endpoint(&self, method: &http::Method, path: &str) -> Arc<endpoint::Endpoint<O>> {
+        let table = self.policies.inner.table.load();
+        Arc::clone(table.pick(method, path))
+    }
+}
+
 /// The one client stack as a tower layer, for hyper, tonic or any `http` client service; see
 /// the [module docs](self).
 ///
@@ -158,7 +166,7 @@ pub(crate) struct Shared<O> {
 ///   see what their timers see); `x-request-deadline` on the system wall clock;
 /// - jitter seeded from the operating system.
 pub struct ClientLayer<O = Telemetry> {
-    shared: Arc<Shared<O>>,
+    pub(crate) shared: Arc<Shared<O>>,
 }
 
 impl<O> Clone for ClientLayer<O> {
@@ -449,10 +457,7 @@ where
     }
 
     fn call(&mut self, request: Request<ReqB>) -> ResponseFuture<ResB> {
-        let endpoint = {
-            let table = self.shared.policies.inner.table.load();
-            Arc::clone(table.pick(request.method(), request.uri().path()))
-        };
+        let endpoint = self.shared.endpoint(request.method(), request.uri().path());
         // The first attempt goes to the service that was made ready; retries to clones.
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);

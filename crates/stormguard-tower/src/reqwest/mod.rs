@@ -1,251 +1,180 @@
-//! A [`reqwest-middleware`](reqwest_middleware) middleware that retries with the core's
-//! policy, for services that call out with reqwest.
+//! The [client stack](crate::client) as a [`reqwest-middleware`](reqwest_middleware)
+//! middleware, for services that call out with reqwest.
 //!
-//! # Why a middleware and not a loop around `send`
+//! # Why the same stack and not a reqwest retry loop
 //!
-//! A retry loop written at each call site gets the hard parts wrong one site at a time: it
-//! retries a `POST` whose first attempt timed out (and charges a card twice), it keeps
-//! retrying after the caller has stopped listening, it retries a 503 that a downstream hop
-//! has already retried (three layers of three tries make 27 requests), and it ignores the
-//! shared retry budget that would have stopped the storm. [`RetryMiddleware`] puts one
-//! [`Retrier`] — the core's policy, budget, deadline and classification — under every request
-//! of a [`ClientWithMiddleware`](reqwest_middleware::ClientWithMiddleware).
+//! A retry loop written for one HTTP client drifts from the one written for another: one
+//! retries into an open breaker, the other forgets to hand its per-try timeout downstream,
+//! and their metrics disagree. [`ClientMiddleware`] is not a second implementation: it hands
+//! each request to the very engine the tower [`Client`](crate::client::Client) runs — the
+//! same [`EndpointPolicy`] route table (swappable while it
+//! runs), the same order (call deadline → adaptive throttle → retry or hedge with the shared
+//! budget → breaker per attempt → attempt deadline on the wire), the same classification,
+//! the same [`Observer`] events and the same [`Fallback`](crate::client::Fallback) hook. Only
+//! the last step differs: an attempt goes down the rest of the middleware chain (`Next`)
+//! instead of into a tower service.
 //!
-//! # What it does with each request
+//! Build it like a [`ClientLayer`]: [`ClientMiddleware::new`] for one policy,
+//! [`ClientMiddleware::from_policy_file`] for a routed file, or any
+//! [`ClientLayerBuilder`](crate::client::ClientLayerBuilder) (observer, fallback, seed, shared
+//! budget, …) turned into a middleware with `From`. A middleware made from a layer shares
+//! that layer's breakers, budgets and live policies: a hyper client and a reqwest client of
+//! the same downstream can then trip, spend and swap together.
 //!
-//! - **Which requests may be retried after an in-doubt failure** (a timeout or a reset after
-//!   the request was sent): idempotent methods (`GET`, `HEAD`, `OPTIONS`, `TRACE`, `PUT`,
-//!   `DELETE`), requests carrying an `Idempotency-Key` header (sent unchanged on every
-//!   attempt, read by [`wire::idempotency_key`](crate::wire::idempotency_key)), and every request when the policy is declared
-//!   idempotent ([`RetryPolicy::with_idempotent`](stormguard::retry::RetryPolicy::with_idempotent)).
-//!   Other requests stop there ([`StopReason::NotIdempotent`]), and so they do after any
-//!   failure *response* (a 503 may follow a side effect on a server behind a proxy): only a
-//!   connect error, which proves the request never reached the server, is retried for every
-//!   method. This is the same rule as the tower [`RetryLayer`](crate::retry::RetryLayer)'s.
-//! - **Bodies**: a request whose body is a stream cannot be sent twice, so it is sent once.
-//!   Byte bodies are cloned for each attempt.
-//! - **Classification**: [`classify_response`] (status, `Retry-After`, `X-Retry-Exhausted`)
-//!   and [`classify_error`] (connect error → retryable; timeout, reset, incomplete response →
-//!   in doubt).
-//! - **Time**: each attempt is bounded by `min(per-try timeout, time left)`, where the time
-//!   left comes from the task's current deadline ([`stormguard::deadline::current`]); a
-//!   retry is not sent when the wait plus the policy's minimum call time no longer fits
-//!   ([`StopReason::DeadlineTooClose`]), and a `Retry-After` is waited out in full or not at
-//!   all.
-//! - **Headers**: every attempt carries `x-stormguard-attempt: N` ([`ATTEMPT`](crate::wire::ATTEMPT), 1 for
-//!   the first). When it gives up after retrying, or its budget or the deadline refuses a
-//!   retry, and it hands back a failed response, that response is marked
-//!   `X-Retry-Exhausted: true`
-//!   ([`RETRY_EXHAUSTED`](crate::wire::RETRY_EXHAUSTED)), so that a caller further
-//!   up retries no more; a response that arrives carrying the mark is never retried.
-//! - **What it reports**: a [`RetrySummary`] (attempts, stop reason) in the response's
-//!   extensions and in the middleware chain's `Extensions`; when the last attempt timed out
-//!   the error is an [`AttemptTimedOut`]. Other errors are reqwest's own, unchanged.
+//! # What each request gets
 //!
-//! Each attempt runs the rest of the chain with a copy of the chain's `Extensions`; the copy
-//! the successful (or last) response came back with replaces the caller's.
+//! Everything the [client stack](crate::client) documents. For reqwest in particular:
+//!
+//! - **Bodies**: a byte body (and a stream up to the stack's replay limit) is replayed for
+//!   retries; a body known to fit is hedged; a longer stream is sent once and not retried.
+//! - **Deadlines**: each attempt carries min(per-try timeout, time left) − the hop reserve in
+//!   the policy's deadline headers (`grpc-timeout` by default), and runs as the task's
+//!   current deadline; reqwest's own `timeout` still applies to each attempt.
+//! - **Errors**: transport errors are classified by
+//!   [`wire::classify_transport_error`](crate::wire::classify_transport_error), which knows
+//!   reqwest's (a connect error was not sent: retryable even for a `POST`; a builder,
+//!   redirect or decode error is never retried). When the last attempt failed that way, the
+//!   caller gets reqwest's error unchanged. A call the stack cut or refused (per-try timeout,
+//!   deadline, open breaker, throttle) is a [`client::Error`](crate::client::Error) inside
+//!   `reqwest_middleware::Error::Middleware`: `downcast_ref::<client::Error>()` and ask it
+//!   [`is_exhausted`](crate::client::Error::is_exhausted).
+//! - **Failure responses** are returned as responses, marked `X-Retry-Exhausted: true` when
+//!   the stack gave up on them.
+//! - **Extensions**: each attempt runs the rest of the chain with a copy of the chain's
+//!   `Extensions`; the copy the returned response came back with replaces the caller's.
+//!
+//! Add it last (closest to the network) unless another middleware must see every attempt.
 //!
 //! # Example
 //!
 //! ```
-//! use std::sync::Arc;
-//! use std::time::Duration;
-//! use stormguard::budget::TokenBucket;
-//! use stormguard::retry::{Retrier, RetryPolicy};
-//! use stormguard_tower::reqwest::RetryMiddleware;
+//! use stormguard::policy::PolicyFile;
+//! use stormguard_tower::reqwest::ClientMiddleware;
 //!
-//! let policy = RetryPolicy::new(3)
-//!     .with_per_try_timeout(Duration::from_secs(2))
-//!     .with_min_call(Duration::from_millis(50))
-//!     .validate()?;
-//! // One budget per downstream, shared by every client that calls it.
-//! let budget = Arc::new(TokenBucket::grpc(10, 0.1)?);
-//! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-//!     .with(RetryMiddleware::new(Retrier::new(policy).with_budget(budget)))
+//! let policies = PolicyFile::from_toml(r#"
+//!     [endpoints."GET /users/*"]
+//!     idempotency = "idempotent"
+//!     timeouts = { per_try = "300ms", overall = "1s" }
+//!     budget = { kind = "grpc", max_tokens = 10, token_ratio = 0.1 }
+//!     breaker = { count = 20, minimum_throughput = 10 }
+//! "#)?;
+//! let users = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+//!     .with(ClientMiddleware::from_policy_file(&policies)?)
 //!     .build();
-//! # drop(client);
+//! # drop(users);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod classify;
-mod error;
+mod next;
 
-pub use classify::{classify_error, classify_response};
-pub use error::AttemptTimedOut;
+use std::sync::Arc;
 
 use ::reqwest::{Request, Response};
-use http::{Extensions, HeaderValue};
+use http::Extensions;
 use reqwest_middleware::{Middleware, Next};
-use stormguard::budget::{RetryBudget, Unlimited};
-use stormguard::classify::Outcome;
-use stormguard::retry::{
-    Attempt, Call, Failure, RandomSource, Retrier, RetryObserver, SeededRandom, StopReason,
-};
+use stormguard::policy::{EndpointPolicy, PolicyFile};
 
-use error::BodyNotReplayable;
+use crate::client::{ClientLayer, Error, InvalidPolicies, Policies, Shared, call};
+use crate::observe::{Observer, Telemetry};
 
-/// Retries requests of a [`ClientWithMiddleware`](reqwest_middleware::ClientWithMiddleware)
-/// with a [`Retrier`]; see the [module documentation](self) for what it does.
-///
-/// Add it last (closest to the network) unless another middleware must see every attempt.
-#[derive(Debug)]
-pub struct RetryMiddleware<B = Unlimited, O = (), R = SeededRandom> {
-    retrier: Retrier<B, O, R>,
+use next::{ChainExtensions, NextService};
+
+/// The client stack as a `reqwest-middleware` middleware; see the [module docs](self).
+pub struct ClientMiddleware<O = Telemetry> {
+    shared: Arc<Shared<O>>,
 }
 
-impl<B, O, R> RetryMiddleware<B, O, R> {
-    /// Retries with `retrier`: its policy, budget, observer and jitter.
-    pub fn new(retrier: Retrier<B, O, R>) -> Self {
-        RetryMiddleware { retrier }
-    }
-
-    /// The retrier.
-    pub fn retrier(&self) -> &Retrier<B, O, R> {
-        &self.retrier
+impl<O> Clone for ClientMiddleware<O> {
+    fn clone(&self) -> Self {
+        ClientMiddleware {
+            shared: Arc::clone(&self.shared),
+        }
     }
 }
 
-/// How a request ended: attempts sent and why the middleware stopped.
-///
-/// Found in the response's extensions (`response.extensions().get::<RetrySummary>()`) and
-/// in the middleware chain's `Extensions`
-/// ([`execute_with_extensions`](reqwest_middleware::ClientWithMiddleware::execute_with_extensions)),
-/// errors included.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RetrySummary {
-    /// Attempts sent, the first included.
-    pub attempts: u32,
-    /// Why no further attempt was sent.
-    pub stop: StopReason,
+impl<O> std::fmt::Debug for ClientMiddleware<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientMiddleware")
+            .field("policies", &self.shared.policies)
+            .finish_non_exhaustive()
+    }
 }
 
-impl RetrySummary {
-    /// Whether a failed response is marked `X-Retry-Exhausted: true`: the middleware retried
-    /// and gave up, or its budget, the deadline or a breaker refused a retry. The rule is the
-    /// tower [`RetryLayer`](crate::retry::RetryLayer)'s, so no caller further up retries.
-    pub fn marks_exhausted(&self) -> bool {
-        crate::client::marks_exhausted(self.stop, self.attempts)
+impl ClientMiddleware {
+    /// A middleware that calls every request by `policy` (see [`ClientLayer::new`]).
+    pub fn new(policy: EndpointPolicy) -> Result<Self, InvalidPolicies> {
+        ClientLayer::new(policy).map(ClientMiddleware::from)
+    }
+
+    /// A middleware that calls every request by `policy` as the endpoint `name` (see
+    /// [`ClientLayer::named`]).
+    pub fn named(name: &str, policy: EndpointPolicy) -> Result<Self, InvalidPolicies> {
+        ClientLayer::named(name, policy).map(ClientMiddleware::from)
+    }
+
+    /// A middleware routed by `file`'s endpoints (see [`ClientLayer::from_policy_file`]).
+    pub fn from_policy_file(file: &PolicyFile) -> Result<Self, InvalidPolicies> {
+        ClientLayer::from_policy_file(file).map(ClientMiddleware::from)
+    }
+}
+
+/// The layer's stack as a middleware, sharing its policies, budgets, breakers and observer.
+impl<O> From<ClientLayer<O>> for ClientMiddleware<O> {
+    fn from(layer: ClientLayer<O>) -> Self {
+        ClientMiddleware {
+            shared: layer.shared,
+        }
+    }
+}
+
+impl<O: Observer> ClientMiddleware<O> {
+    /// The live policies: swap them while the middleware runs.
+    pub fn policies(&self) -> &Policies<O> {
+        &self.shared.policies
     }
 }
 
 #[async_trait::async_trait]
-impl<B, O, R> Middleware for RetryMiddleware<B, O, R>
-where
-    B: RetryBudget + 'static,
-    O: RetryObserver + 'static,
-    R: RandomSource + 'static,
-    R::Rng: Send,
-{
+impl<O: Observer> Middleware for ClientMiddleware<O> {
     async fn handle(
         &self,
         req: Request,
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
-        let replayable = req.body().is_none_or(|body| body.as_bytes().is_some());
-        let call = call_for(&req, replayable, self.retrier.policy().idempotent());
-        let safe = call.is_retry_safe(self.retrier.policy().idempotent());
-        let mut source = if replayable {
-            Source::Replay(req)
-        } else {
-            Source::Once(Some(req))
-        };
-        let template = &*extensions;
-        let op = |attempt: Attempt| {
-            let request = source.next_request();
-            let next = next.clone();
-            let mut attempt_extensions = template.clone();
-            async move {
-                let Some(mut request) = request else {
-                    return Err(reqwest_middleware::Error::middleware(BodyNotReplayable));
-                };
-                request
-                    .headers_mut()
-                    .insert(crate::wire::ATTEMPT, HeaderValue::from(attempt.number));
-                let response = next.run(request, &mut attempt_extensions).await?;
-                Ok((response, attempt_extensions))
-            }
-        };
-        let classifier = |result: &Result<(Response, Extensions), reqwest_middleware::Error>| {
-            let outcome = match result {
-                // A response may follow a side effect: retry it only when that is safe.
-                Ok((response, _)) => match classify_response(response) {
-                    Outcome::Retryable | Outcome::Overloaded { .. } if !safe => Outcome::InDoubt,
-                    outcome => outcome,
-                },
-                Err(error) => classify_error(error),
-            };
-            // A stream cannot be sent again, whatever the failure.
-            if replayable || outcome.is_success() {
-                outcome
-            } else {
-                Outcome::NeverRetry
-            }
-        };
-        let report = self.retrier.run_report(call, op, classifier).await;
-        let summary = RetrySummary {
-            attempts: report.attempts,
-            stop: report.stop,
-        };
-        match report.result {
-            Ok((mut response, attempt_extensions)) => {
-                *extensions = attempt_extensions;
-                extensions.insert(summary);
-                if summary.marks_exhausted() {
-                    response.headers_mut().insert(
-                        crate::wire::RETRY_EXHAUSTED,
-                        HeaderValue::from_static("true"),
-                    );
+        let request = http::Request::<::reqwest::Body>::try_from(req)?;
+        let endpoint = self.shared.endpoint(request.method(), request.uri().path());
+        let service = NextService::new(next, extensions);
+        match call::run(Arc::clone(&self.shared), endpoint, service, request).await {
+            Ok(response) => {
+                let (mut head, body) = response.into_parts();
+                if let Some(ChainExtensions(chain)) = head.extensions.remove() {
+                    *extensions = chain;
                 }
-                response.extensions_mut().insert(summary);
-                Ok(response)
+                let body = ::reqwest::Body::wrap(body);
+                Ok(Response::from(http::Response::from_parts(head, body)))
             }
-            Err(Failure::Error(error)) => {
-                extensions.insert(summary);
-                Err(error)
-            }
-            Err(Failure::TimedOut(after)) => {
-                extensions.insert(summary);
-                Err(reqwest_middleware::Error::middleware(AttemptTimedOut {
-                    after,
-                    attempts: summary.attempts,
-                    stop: summary.stop,
-                }))
-            }
-            Err(Failure::Refused(refusal)) => {
-                extensions.insert(summary);
-                Err(reqwest_middleware::Error::middleware(refusal))
-            }
+            Err(error) => Err(into_chain_error(error)),
         }
     }
 }
 
-/// The retrier's per-call options for `req`: retry-safe when idempotent or keyed.
-fn call_for(req: &Request, replayable: bool, policy_idempotent: bool) -> Call {
-    if !replayable {
-        return Call::new().idempotent(false);
-    }
-    let call = Call::new()
-        .idempotent(policy_idempotent || crate::wire::is_idempotent_method(req.method()));
-    match crate::wire::idempotency_key(req.headers()) {
-        Ok(Some(key)) => call.with_key(key),
-        Ok(None) | Err(_) => call,
-    }
-}
-
-/// Where each attempt's request comes from.
-enum Source {
-    /// A request with no body or a byte body: each attempt sends a clone.
-    Replay(Request),
-    /// A request with a stream body: only the first attempt can have it.
-    Once(Option<Request>),
-}
-
-impl Source {
-    fn next_request(&mut self) -> Option<Request> {
-        match self {
-            Source::Replay(template) => template.try_clone(),
-            Source::Once(request) => request.take(),
-        }
+/// The downstream's own error when the last attempt failed in transport; the stack's
+/// [`Error`] (timed out, refused, or a transport error from elsewhere) otherwise.
+fn into_chain_error(error: Error) -> reqwest_middleware::Error {
+    match error {
+        Error::Transport {
+            attempts,
+            stop,
+            source,
+        } => match source.downcast::<reqwest_middleware::Error>() {
+            Ok(chain) => *chain,
+            Err(source) => reqwest_middleware::Error::middleware(Error::Transport {
+                attempts,
+                stop,
+                source,
+            }),
+        },
+        error => reqwest_middleware::Error::middleware(error),
     }
 }

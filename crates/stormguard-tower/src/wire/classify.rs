@@ -303,6 +303,12 @@ pub fn refusal_of(error: &(dyn StdError + 'static)) -> Option<Refusal> {
 ///   closed, aborted body write, timeout) is in doubt; a parse or user error is never
 ///   retried.
 /// - A timeout of an inner tokio timer is in doubt.
+/// - With the `reqwest` feature, a reqwest error (bare, or inside a `reqwest_middleware`
+///   error) says what it knows first: a connect error (refused, DNS, TLS handshake, connect
+///   timeout) was never sent and is retryable; a builder, redirect, decode or status error is
+///   never retried; any other is read by its causes as above (a reqwest timeout is in doubt).
+///   An error of another middleware of the chain is never retried: retrying what is not
+///   understood is how storms start.
 /// - An error none of these recognise is in doubt: it may have happened after the request
 ///   was sent, so only an idempotent or keyed request is retried.
 ///
@@ -310,6 +316,10 @@ pub fn refusal_of(error: &(dyn StdError + 'static)) -> Option<Refusal> {
 pub fn classify_transport_error(error: &(dyn StdError + 'static)) -> Outcome {
     let mut next = Some(error);
     while let Some(e) = next {
+        #[cfg(feature = "reqwest")]
+        if let Some(outcome) = reqwest_outcome(e) {
+            return outcome;
+        }
         if let Some(abort) = e.downcast_ref::<Abort>() {
             return abort.classify();
         }
@@ -337,6 +347,32 @@ pub fn classify_transport_error(error: &(dyn StdError + 'static)) -> Outcome {
         next = e.source();
     }
     Outcome::InDoubt
+}
+
+/// What a reqwest error alone says about retrying, if anything.
+#[cfg(feature = "reqwest")]
+fn reqwest_outcome(error: &(dyn StdError + 'static)) -> Option<Outcome> {
+    let error = match error.downcast_ref::<reqwest_middleware::Error>() {
+        Some(reqwest_middleware::Error::Reqwest(error)) => error,
+        Some(reqwest_middleware::Error::Middleware(_)) => return Some(Outcome::NeverRetry),
+        None => error.downcast_ref::<reqwest::Error>()?,
+    };
+    if error.is_builder() || error.is_redirect() || error.is_decode() || error.is_status() {
+        Some(Outcome::NeverRetry)
+    } else if error.is_connect() {
+        Some(Outcome::Retryable)
+    } else {
+        // Its causes (an I/O error, hyper's) say the rest; a `source()` walk from a
+        // `reqwest_middleware::Error` skips the reqwest error itself.
+        let mut cause = error.source();
+        while let Some(e) = cause {
+            if e.is::<io::Error>() || e.is::<hyper::Error>() {
+                return Some(classify_transport_error(e));
+            }
+            cause = e.source();
+        }
+        Some(Outcome::InDoubt)
+    }
 }
 
 /// A short label for a transport error, for logs, spans and metrics (`error.type`).

@@ -295,6 +295,27 @@ impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
         }
     }
 
+    /// Whether an attempt that ended so would be considered for a retry at all: a failure
+    /// that is not deterministic, of an operation that may be sent again after it, with
+    /// attempts left. Time and budget are not asked (see
+    /// [`finish_attempt`](RetryRun::finish_attempt)).
+    #[inline]
+    pub fn would_retry(&self, ended: &AttemptOutcome) -> bool {
+        match ended.outcome {
+            Outcome::Success | Outcome::NeverRetry => false,
+            Outcome::InDoubt if !self.retry_safe => false,
+            _ => self.attempts < self.policy.max_attempts(),
+        }
+    }
+
+    /// Records that the attempt in flight failed and that its retry was refused before it
+    /// was paid for (an open breaker, a throttle): the failure counts, nothing is withdrawn.
+    #[cold]
+    pub fn retry_refused(&mut self) {
+        self.release_retry();
+        self.budget.record_failure();
+    }
+
     fn release_retry(&mut self) {
         if self.holding_retry {
             self.holding_retry = false;

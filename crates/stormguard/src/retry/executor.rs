@@ -455,6 +455,17 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                 cancelled.armed = false;
                 return finish(result, number, StopReason::Succeeded);
             }
+            // A retry the gate would refuse now (a breaker this attempt just opened) is not
+            // paid for: ask the gate before the budget.
+            if run.would_retry(&ended) {
+                if let Err(refusal) = self.gate.admit() {
+                    run.retry_refused();
+                    cancelled.armed = false;
+                    let stop = refusal.stop_reason();
+                    observer.gave_up(number, stop);
+                    return finish(Err(Failure::Refused(refusal)), number, stop);
+                }
+            }
             match run.finish_attempt(ended, || call.remaining(), &mut rng) {
                 Decision::Stop(stop) => {
                     cancelled.armed = false;
