@@ -4,9 +4,6 @@
 //! request on every core — the contention the design notes warn about. Instead each thread
 //! counts its deposits for a few budgets in a small thread-local table and adds them to the
 //! shared window every [`DEPOSIT_BATCH`] requests, or as soon as the window slot changes.
-//! A retry on a thread whose own batch already holds a whole retry's worth is paid from that
-//! batch ([`spend`]): the same as adding the batch to the window and withdrawing from it in
-//! the same period, without touching the shared window.
 //!
 //! What this costs in accuracy, always on the safe side: deposits still in *another* thread's
 //! batch are not yet visible (at most `DEPOSIT_BATCH − 1` per thread and budget), so a retry
@@ -35,34 +32,30 @@ struct Batch {
     /// 0 marks an empty entry.
     budget: u64,
     period: u64,
-    /// Deposits since the last flush (when to flush).
     count: u32,
-    /// What they are worth, less what this thread's retries spent from them.
-    units: i64,
 }
 
 const EMPTY: Batch = Batch {
     budget: 0,
     period: 0,
     count: 0,
-    units: 0,
 };
 
 thread_local! {
     static BATCHES: RefCell<[Batch; ENTRIES]> = const { RefCell::new([EMPTY; ENTRIES]) };
 }
 
-/// A batch that must now be added to the shared window: `units` deposited in `period`.
+/// A batch that must now be added to the shared window: `count` deposits made in `period`.
 pub(super) struct Flush {
     pub(super) period: u64,
-    pub(super) units: i64,
+    pub(super) count: u32,
 }
 
-/// Counts one deposit of `units` into `budget` in `period`; returns what to add to the shared
-/// window now, if anything. Without thread-local storage (a thread being torn down) the
-/// deposit is flushed at once.
+/// Counts one deposit of `budget` in `period`; returns what to add to the shared window now,
+/// if anything. Without thread-local storage (a thread being torn down) the deposit is
+/// flushed at once.
 #[inline]
-pub(super) fn deposit(budget: u64, period: u64, units: i64) -> Option<Flush> {
+pub(super) fn deposit(budget: u64, period: u64) -> Option<Flush> {
     BATCHES
         .try_with(|batches| {
             let mut batches = batches.borrow_mut();
@@ -75,72 +68,47 @@ pub(super) fn deposit(budget: u64, period: u64, units: i64) -> Option<Flush> {
                             budget,
                             period,
                             count: 1,
-                            units,
                         };
                         None
                     }
-                    None => Some(Flush { period, units }),
+                    None => Some(Flush { period, count: 1 }),
                 };
             };
             if batch.period != period {
                 let stale = Flush {
                     period: batch.period,
-                    units: batch.units,
+                    count: batch.count,
                 };
                 *batch = Batch {
                     budget,
                     period,
                     count: 1,
-                    units,
                 };
                 return Some(stale);
             }
             batch.count += 1;
-            batch.units += units;
             (batch.count >= DEPOSIT_BATCH).then(|| {
                 let full = Flush {
                     period,
-                    units: batch.units,
+                    count: batch.count,
                 };
                 batch.count = 0;
-                batch.units = 0;
                 full
             })
         })
-        .unwrap_or(Some(Flush { period, units }))
+        .unwrap_or(Some(Flush { period, count: 1 }))
 }
 
-/// Pays `cost` units for `budget` from this thread's batch of `period`, if it holds that
-/// much; returns whether it did.
+/// This thread's deposits for `budget` not yet in the shared window, with their period.
 #[inline]
-pub(super) fn spend(budget: u64, period: u64, cost: i64) -> bool {
-    BATCHES
-        .try_with(|batches| {
-            let mut batches = batches.borrow_mut();
-            match batches
-                .iter_mut()
-                .find(|b| b.budget == budget && b.period == period && b.units >= cost)
-            {
-                Some(batch) => {
-                    batch.units -= cost;
-                    true
-                }
-                None => false,
-            }
-        })
-        .unwrap_or(false)
-}
-
-/// This thread's deposit units for `budget` not yet in the shared window, with their period.
-#[inline]
-pub(super) fn pending(budget: u64) -> Option<(u64, i64)> {
+pub(super) fn pending(budget: u64) -> Option<(u64, u32)> {
     BATCHES
         .try_with(|batches| {
             batches
                 .borrow()
                 .iter()
-                .find(|b| b.budget == budget && b.units > 0)
-                .map(|b| (b.period, b.units))
+                .find(|b| b.budget == budget && b.count > 0)
+                .map(|b| (b.period, b.count))
         })
         .ok()
         .flatten()

@@ -200,7 +200,9 @@ impl RatioBudget {
     #[inline]
     fn balance(&self, period: u64, total: i64) -> i64 {
         let own_batch = match local::pending(self.id) {
-            Some((batch_period, units)) if is_live(period, batch_period) => units,
+            Some((batch_period, count)) if is_live(period, batch_period) => {
+                i64::from(count) * self.deposit
+            }
             _ => 0,
         };
         total + own_batch + self.reserve
@@ -226,9 +228,9 @@ impl RetryBudget for RatioBudget {
             return;
         }
         let period = self.current_period();
-        if let Some(flush) = local::deposit(self.id, period, self.deposit) {
-            if is_live(period, flush.period) && flush.units != 0 {
-                self.add(flush.period, flush.units);
+        if let Some(flush) = local::deposit(self.id, period) {
+            if is_live(period, flush.period) {
+                self.add(flush.period, i64::from(flush.count) * self.deposit);
             }
         }
     }
@@ -239,9 +241,6 @@ impl RetryBudget for RatioBudget {
             kind: "ratio budget",
         };
         let period = self.current_period();
-        if local::spend(self.id, period, RETRY_UNITS) {
-            return Ok(());
-        }
         let total = &self.window.total;
         if self.balance(period, total.load(Ordering::Acquire)) < RETRY_UNITS {
             return Err(REFUSED);
@@ -332,35 +331,7 @@ mod tests {
         let fresh =
             RatioBudget::new(1.0, Duration::from_secs(10), 0, clock.clock()).expect("valid");
         fresh.request_started();
-        assert_eq!(
-            local::pending(fresh.id).map(|(_, units)| units),
-            Some(RETRY_UNITS)
-        );
-    }
-
-    #[test]
-    fn a_retry_is_paid_from_the_threads_own_batch_first() {
-        let (b, clock) = budget(0.5, 0);
-        for _ in 0..4 {
-            b.request_started();
-        }
-        // Two retries' worth, all in this thread's batch: both paid from it, the shared
-        // window untouched, and a third refused.
-        assert!(b.withdraw(Withdrawal::Retry).is_ok());
-        assert!(b.withdraw(Withdrawal::Retry).is_ok());
-        assert_eq!(b.window.total.load(Ordering::Relaxed), 0);
-        assert!(b.withdraw(Withdrawal::Retry).is_err());
-        assert_eq!(b.available(), 0.0);
-        // A batch from an earlier period is not spent: it is flushed by the next deposit and
-        // paid from the window, where it expires with its own slot.
-        b.request_started();
-        b.request_started();
-        clock.advance(Duration::from_secs(1));
-        b.request_started();
-        assert_eq!(b.window.total.load(Ordering::Relaxed), RETRY_UNITS);
-        assert!(b.withdraw(Withdrawal::Retry).is_ok());
-        assert_eq!(b.window.total.load(Ordering::Relaxed), 0);
-        assert_eq!(b.available(), 0.5);
+        assert_eq!(local::pending(fresh.id).map(|(_, count)| count), Some(1));
     }
 
     #[test]
