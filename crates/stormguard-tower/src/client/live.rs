@@ -271,7 +271,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "watch"))]
 impl<O> Policies<O> {
     /// The breaker of endpoint `name` in use, to check that a swap carried it over.
     pub(crate) fn breaker_of(&self, name: &str) -> Option<Arc<super::endpoint::Breaker<O>>> {
