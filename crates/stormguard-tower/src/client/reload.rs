@@ -10,7 +10,7 @@
 //!   gauge `stormguard_policy_version` (the [content hash](Policies::version) in use);
 //! - with the `tracing` feature, a warning event per failure, an info event per swap.
 //!
-//! [`Policies::watch`] (feature `watch`) calls [`Policies::reload`] whenever the file
+//! `Policies::watch` (feature `watch`) calls [`Policies::reload`] whenever the file
 //! changes.
 
 use std::path::Path;

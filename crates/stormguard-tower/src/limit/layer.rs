@@ -15,7 +15,7 @@ use super::stats::{LimitCounters, LimitStats};
 use super::{AdaptiveLimit, Shared};
 
 /// Picks a request's partition from its headers (an index into the shares given to
-/// [`AdaptiveLimitLayer::with_partitions`]).
+/// [`AdaptiveLimitBuilder::with_partitions`]).
 pub type PartitionFn = Arc<dyn Fn(&HeaderMap) -> usize + Send + Sync>;
 
 /// Server middleware that works on at most an adaptive number of requests at once and sheds

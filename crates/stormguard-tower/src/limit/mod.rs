@@ -14,12 +14,12 @@
 //! # What the layer does, per request, before the handler runs
 //!
 //! 1. **Deadline first.** A request whose remaining deadline (read from the
-//!    [`IncomingDeadline`](crate::deadline::IncomingDeadline) that an outer
+//!    [`IncomingDeadline`] that an outer
 //!    [`DeadlineLayer`](crate::DeadlineLayer) put in its extensions) is shorter than what
 //!    admitted requests currently take ([`Limiter::expected_rtt`](stormguard::limit::Limiter::expected_rtt))
 //!    cannot be answered in time: it is shed before it takes a slot.
 //! 2. **Under the limit** ([`stormguard::limit`]: Vegas by default, or AIMD, Gradient2; one
-//!    [`Limiter`](stormguard::limit::Limiter) shared by every service the layer makes, with
+//!    [`Limiter`] shared by every service the layer makes, with
 //!    optional partitions such as 80 % guaranteed to paying traffic) it is admitted at once.
 //! 3. **Otherwise it waits** in a short queue with CoDel-style patience and adaptive LIFO (see
 //!    below), and is shed when the queue is full or its patience runs out; after waiting, its
