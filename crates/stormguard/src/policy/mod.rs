@@ -44,6 +44,7 @@ mod budget;
 mod error;
 mod file;
 pub mod limits;
+mod rules;
 mod text;
 
 use std::collections::BTreeMap;
@@ -248,7 +249,7 @@ impl EndpointPolicy {
 
     /// Checks every field and the rules between them; the error names the first broken one.
     pub fn validate(self) -> Result<Self, PolicyError> {
-        file::check(&self, &FieldPath::root(""))?;
+        rules::check(&self, &FieldPath::root(""))?;
         Ok(self)
     }
 
