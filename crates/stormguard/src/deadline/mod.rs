@@ -56,6 +56,7 @@ use crate::clock::Clock;
 
 pub mod codec;
 mod header;
+mod wall;
 
 pub use codec::{
     CONNECT_TIMEOUT_MS, ENVOY_EXPECTED_RQ_TIMEOUT_MS, GRPC_TIMEOUT, GrpcTimeout, HeaderError,
@@ -65,8 +66,9 @@ pub use codec::{
 };
 pub use header::{
     DeadlineHeader, DeadlineHeaderError, DeadlineHeaders, EncodedDeadline, Found,
-    InvalidHeaderList, Reading, Selection, WallClock, read_deadline,
+    InvalidHeaderList, Reading, Selection, read_deadline,
 };
+pub use wall::WallClock;
 
 /// How far ahead [`Deadline::after`] places a deadline whose timeout does not fit in an
 /// [`Instant`]: 100 years, which no request outlives.
