@@ -41,12 +41,12 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use super::FAR_FUTURE;
-use super::wall::WallClock;
 use super::codec::{
     CONNECT_TIMEOUT_MS, ENVOY_EXPECTED_RQ_TIMEOUT_MS, GRPC_TIMEOUT, HeaderError, REQUEST_DEADLINE,
     encode_grpc_timeout, parse_connect_timeout_ms, parse_envoy_expected_timeout_ms,
     parse_grpc_timeout, parse_request_deadline,
 };
+use super::wall::WallClock;
 
 /// Largest value of the millisecond headers: 10 digits.
 const MAX_MILLIS_VALUE: u64 = 9_999_999_999;
