@@ -24,8 +24,7 @@
 //! holds SQLite's write lock while it publishes, and takes no gap locks on MariaDB, so
 //! publishing into the same database neither fails nor waits.
 
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,70 +46,11 @@ use crate::callback::{ORDER_PAID, PaymentCallback};
 /// The consumer name under which the notifier records processed events.
 pub const CONSUMER: &str = "payment-notifier";
 
-/// Where the data lives, from `--database-url`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DatabaseUrl {
-    /// An SQLite file (`sqlite:PATH` or `sqlite://PATH`); created if missing.
-    Sqlite(PathBuf),
-    /// A PostgreSQL server (`postgres://` or `postgresql://`).
-    Postgres(String),
-    /// A MariaDB or MySQL server (`mysql://` or `mariadb://`).
-    MySql(String),
-}
+mod schema;
+mod url;
 
-/// A `--database-url` that names no supported database.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unsupported database URL '{0}': expected sqlite:PATH, postgres://… or mysql://… (MariaDB)"
-)]
-pub struct BadDatabaseUrl(pub String);
-
-impl FromStr for DatabaseUrl {
-    type Err = BadDatabaseUrl;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || BadDatabaseUrl(s.to_owned());
-        if let Some(path) = s
-            .strip_prefix("sqlite://")
-            .or_else(|| s.strip_prefix("sqlite:"))
-        {
-            if path.is_empty() {
-                return Err(bad());
-            }
-            return Ok(DatabaseUrl::Sqlite(PathBuf::from(path)));
-        }
-        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-            return Ok(DatabaseUrl::Postgres(s.to_owned()));
-        }
-        if s.starts_with("mysql://") {
-            return Ok(DatabaseUrl::MySql(s.to_owned()));
-        }
-        if let Some(rest) = s.strip_prefix("mariadb://") {
-            return Ok(DatabaseUrl::MySql(format!("mysql://{rest}")));
-        }
-        Err(bad())
-    }
-}
-
-impl fmt::Display for DatabaseUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DatabaseUrl::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
-            DatabaseUrl::Postgres(url) | DatabaseUrl::MySql(url) => f.write_str(url),
-        }
-    }
-}
-
-impl DatabaseUrl {
-    /// A short name for tables and logs: `sqlite`, `postgres` or `mysql`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            DatabaseUrl::Sqlite(_) => "sqlite",
-            DatabaseUrl::Postgres(_) => "postgres",
-            DatabaseUrl::MySql(_) => "mysql",
-        }
-    }
-}
+use schema::{MYSQL_TABLES, POSTGRES_TABLES, SQLITE_TABLES};
+pub use url::{BadDatabaseUrl, DatabaseUrl};
 
 /// A database failure, with what was being done.
 #[derive(Debug, thiserror::Error)]
@@ -256,81 +196,6 @@ fn dollar_placeholders(s: &str) -> String {
     }
     out
 }
-
-const SQLITE_TABLES: &str = "
-CREATE TABLE IF NOT EXISTS payment_orders (
-    out_trade_no TEXT    NOT NULL PRIMARY KEY,
-    trade_no     TEXT    NOT NULL,
-    amount       INTEGER NOT NULL,
-    status       TEXT    NOT NULL,
-    paid_at      INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS payment_notifications (
-    id           INTEGER PRIMARY KEY AUTOINCREMENT,
-    event_id     TEXT    NOT NULL,
-    out_trade_no TEXT    NOT NULL,
-    applied_at   INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS payment_broker (
-    id           INTEGER PRIMARY KEY AUTOINCREMENT,
-    event_id     TEXT    NOT NULL,
-    topic        TEXT    NOT NULL,
-    payload      BLOB    NOT NULL,
-    published_at INTEGER NOT NULL,
-    acked_at     INTEGER
-);
-CREATE INDEX IF NOT EXISTS payment_broker_unacked ON payment_broker (acked_at, id);";
-
-const POSTGRES_TABLES: &str = "
-CREATE TABLE IF NOT EXISTS payment_orders (
-    out_trade_no VARCHAR(64)  NOT NULL PRIMARY KEY,
-    trade_no     VARCHAR(64)  NOT NULL,
-    amount       BIGINT       NOT NULL,
-    status       VARCHAR(16)  NOT NULL,
-    paid_at      BIGINT       NOT NULL
-);
-CREATE TABLE IF NOT EXISTS payment_notifications (
-    id           BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    event_id     VARCHAR(255) NOT NULL,
-    out_trade_no VARCHAR(64)  NOT NULL,
-    applied_at   BIGINT       NOT NULL
-);
-CREATE TABLE IF NOT EXISTS payment_broker (
-    id           BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    event_id     VARCHAR(255) NOT NULL,
-    topic        VARCHAR(255) NOT NULL,
-    payload      BYTEA        NOT NULL,
-    published_at BIGINT       NOT NULL,
-    acked_at     BIGINT
-);
-CREATE INDEX IF NOT EXISTS payment_broker_unacked ON payment_broker (id) WHERE acked_at IS NULL;";
-
-// Order numbers compare byte for byte (ascii_bin): under a case-insensitive collation
-// "A-1" and "a-1" would be one primary key.
-const MYSQL_TABLES: &str = "
-CREATE TABLE IF NOT EXISTS payment_orders (
-    out_trade_no VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
-    trade_no     VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    amount       BIGINT       NOT NULL,
-    status       VARCHAR(16)  NOT NULL,
-    paid_at      BIGINT       NOT NULL
-) ENGINE = InnoDB;
-CREATE TABLE IF NOT EXISTS payment_notifications (
-    id           BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
-    event_id     VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    out_trade_no VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    applied_at   BIGINT       NOT NULL,
-    KEY payment_notifications_event (event_id)
-) ENGINE = InnoDB;
-CREATE TABLE IF NOT EXISTS payment_broker (
-    id           BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
-    event_id     VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    topic        VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    payload      LONGBLOB     NOT NULL,
-    published_at BIGINT       NOT NULL,
-    acked_at     BIGINT,
-    KEY payment_broker_unacked (acked_at, id)
-) ENGINE = InnoDB;";
 
 /// Whether a callback made a new payment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
