@@ -4,21 +4,11 @@
 
 use libfuzzer_sys::fuzz_target;
 use stormguard::policy::PolicyFile;
+use stormguard_fuzz::assert_policy_round_trip;
 
 fuzz_target!(|text: &str| {
     let Ok(file) = PolicyFile::from_json(text) else {
         return;
     };
-    let toml = file.to_toml();
-    assert_eq!(
-        PolicyFile::from_toml(&toml).as_ref(),
-        Ok(&file),
-        "{text:?} -> TOML {toml}"
-    );
-    let json = file.to_json();
-    assert_eq!(
-        PolicyFile::from_json(&json).as_ref(),
-        Ok(&file),
-        "{text:?} -> JSON {json}"
-    );
+    assert_policy_round_trip(text, &file);
 });

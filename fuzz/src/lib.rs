@@ -264,3 +264,21 @@ pub mod sf {
         }
     }
 }
+
+/// A policy file that loaded must write back, as TOML and as JSON, to text that loads to the
+/// same file (the round trip both policy targets check).
+pub fn assert_policy_round_trip(text: &str, file: &stormguard::policy::PolicyFile) {
+    use stormguard::policy::PolicyFile;
+    let toml = file.to_toml();
+    assert_eq!(
+        PolicyFile::from_toml(&toml).as_ref(),
+        Ok(file),
+        "{text:?} -> TOML {toml}"
+    );
+    let json = file.to_json();
+    assert_eq!(
+        PolicyFile::from_json(&json).as_ref(),
+        Ok(file),
+        "{text:?} -> JSON {json}"
+    );
+}
