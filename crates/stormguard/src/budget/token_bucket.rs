@@ -2,17 +2,32 @@
 //!
 //! All three are the same machine with different numbers: a bucket that starts full, loses
 //! tokens on failures and/or retries, regains them on successes, and allows a retry only above
-//! a threshold. Tokens are held as integer milli-tokens in one `AtomicU64`, so gRPC's three
+//! a threshold. Tokens are held as integer milli-tokens in one `AtomicI64`, so gRPC's three
 //! decimals are exact (51 successes at ratio 0.1 from zero give 5.1 tokens, never 5.0999…).
 //!
 //! In the healthy steady state the bucket is full and a success is one relaxed load with no
-//! write, so callers on different cores do not bounce its cache line.
+//! write, so callers on different cores do not bounce its cache line. When it is not full,
+//! every change is one `fetch_add`/`fetch_sub`, never a compare-and-swap loop: with callers on
+//! several cores a failed compare-and-swap costs another trip of the cache line, and under
+//! contention most of them fail. The price is that the balance may dip below zero, or rise
+//! above `max`, for the few nanoseconds until the caller that overshot takes its excess back;
+//! a withdrawal that sees such a dip is refused (the bucket errs on the strict side), and
+//! [`TokenBucket::milli_tokens`] reports the balance clamped to `0..=max`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use super::{BudgetExhausted, InvalidBudget, RetryBudget, Withdrawal};
 
 const MILLI: u64 = 1000;
+/// The largest number a [`TokenBucketSpec`] field means (2^40 milli-tokens, about a billion
+/// tokens); larger ones are cut to it, so transient overshoots can never overflow the balance.
+const LIMIT: u64 = 1 << 40;
+
+/// `value` in the balance's units, cut to [`LIMIT`].
+#[inline]
+const fn milli(value: u64) -> i64 {
+    (if value > LIMIT { LIMIT } else { value }) as i64
+}
 
 /// The numbers that make a [`TokenBucket`], all in milli-tokens.
 ///
@@ -21,7 +36,7 @@ const MILLI: u64 = 1000;
 /// custom bucket and for reading back what a preset does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenBucketSpec {
-    /// Capacity, and the starting balance.
+    /// Capacity, and the starting balance. Every field is cut to 2^40 (about a billion tokens).
     pub max: u64,
     /// Lost on every failed attempt (gRPC: 1000).
     pub failure_cost: u64,
@@ -58,7 +73,7 @@ pub struct TokenBucketSpec {
 /// ```
 #[derive(Debug)]
 pub struct TokenBucket {
-    balance: AtomicU64,
+    balance: AtomicI64,
     spec: TokenBucketSpec,
 }
 
@@ -113,7 +128,7 @@ impl TokenBucket {
     /// A bucket with custom numbers; it starts full.
     pub const fn from_spec(spec: TokenBucketSpec) -> Self {
         TokenBucket {
-            balance: AtomicU64::new(spec.max),
+            balance: AtomicI64::new(milli(spec.max)),
             spec,
         }
     }
@@ -125,7 +140,11 @@ impl TokenBucket {
 
     /// The balance in milli-tokens.
     pub fn milli_tokens(&self) -> u64 {
-        self.balance.load(Ordering::Relaxed)
+        let balance = self
+            .balance
+            .load(Ordering::Relaxed)
+            .clamp(0, milli(self.spec.max));
+        balance as u64
     }
 
     /// The balance in tokens.
@@ -134,29 +153,27 @@ impl TokenBucket {
     }
 
     #[inline]
-    fn cost(&self, kind: Withdrawal) -> u64 {
-        match kind {
+    fn cost(&self, kind: Withdrawal) -> i64 {
+        milli(match kind {
             Withdrawal::TimeoutRetry => self.spec.timeout_retry_cost,
             Withdrawal::Retry | Withdrawal::Hedge => self.spec.retry_cost,
-        }
+        })
     }
 
+    /// Adds `amount`, up to `max`.
     #[inline]
-    fn add(&self, amount: u64) {
-        let max = self.spec.max;
-        let mut current = self.balance.load(Ordering::Relaxed);
+    fn add(&self, amount: i64) {
+        let max = milli(self.spec.max);
         // A full bucket (the healthy steady state) is left untouched: no write at all.
-        while current < max {
-            let next = current.saturating_add(amount).min(max);
-            match self.balance.compare_exchange_weak(
-                current,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return,
-                Err(seen) => current = seen,
-            }
+        if self.balance.load(Ordering::Relaxed) >= max {
+            return;
+        }
+        let before = self.balance.fetch_add(amount, Ordering::Relaxed);
+        let excess = (before + amount - max).clamp(0, amount);
+        if excess > 0 {
+            // Only what this caller put above `max` is taken back, so concurrent changes
+            // made between the two writes are all kept.
+            self.balance.fetch_sub(excess, Ordering::Relaxed);
         }
     }
 }
@@ -164,35 +181,31 @@ impl TokenBucket {
 impl RetryBudget for TokenBucket {
     #[inline]
     fn withdraw(&self, kind: Withdrawal) -> Result<(), BudgetExhausted> {
+        const REFUSED: BudgetExhausted = BudgetExhausted {
+            kind: "token bucket",
+        };
         let cost = self.cost(kind);
-        let required = self.spec.min_balance.max(cost);
-        let mut current = self.balance.load(Ordering::Relaxed);
-        loop {
-            if current < required {
-                return Err(BudgetExhausted {
-                    kind: "token bucket",
-                });
-            }
-            if cost == 0 {
-                return Ok(());
-            }
-            match self.balance.compare_exchange_weak(
-                current,
-                current - cost,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Ok(()),
-                Err(seen) => current = seen,
-            }
+        let required = milli(self.spec.min_balance).max(cost);
+        if self.balance.load(Ordering::Relaxed) < required {
+            return Err(REFUSED);
         }
+        if cost == 0 {
+            return Ok(());
+        }
+        let before = self.balance.fetch_sub(cost, Ordering::Relaxed);
+        if before < required {
+            // Another caller got there first: give the tokens back.
+            self.balance.fetch_add(cost, Ordering::Relaxed);
+            return Err(REFUSED);
+        }
+        Ok(())
     }
 
     #[inline]
     fn record_success(&self, after: Option<Withdrawal>) {
         let refund = match after {
             Some(kind) if self.spec.refund_retry_cost => self.cost(kind),
-            _ => self.spec.success_refund,
+            _ => milli(self.spec.success_refund),
         };
         if refund > 0 {
             self.add(refund);
@@ -201,16 +214,16 @@ impl RetryBudget for TokenBucket {
 
     #[inline]
     fn record_failure(&self) {
-        let cost = self.spec.failure_cost;
+        let cost = milli(self.spec.failure_cost);
         if cost == 0 {
             return;
         }
-        // fetch_update's closure always returns Some, so this cannot fail.
-        let _ = self
-            .balance
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                Some(b.saturating_sub(cost))
-            });
+        // The balance never goes below zero: what this caller took below it goes back.
+        let before = self.balance.fetch_sub(cost, Ordering::Relaxed);
+        let below_zero = cost - before.clamp(0, cost);
+        if below_zero > 0 {
+            self.balance.fetch_add(below_zero, Ordering::Relaxed);
+        }
     }
 }
 
@@ -377,5 +390,68 @@ mod tests {
         });
         assert_eq!(granted, 1000);
         assert_eq!(b.milli_tokens(), 0);
+    }
+
+    /// Runs `op` 10 000 times on each of 4 threads at once.
+    fn hammer(op: impl Fn() + Sync) {
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| (0..10_000).for_each(|_| op()));
+            }
+        });
+    }
+
+    #[test]
+    fn concurrent_refunds_stop_exactly_at_max() {
+        let b = TokenBucket::grpc(10, 0.5).expect("valid");
+        b.record_failure();
+        hammer(|| b.record_success(None));
+        assert_eq!(
+            b.balance.load(Ordering::Relaxed),
+            10_000,
+            "no overshoot left"
+        );
+    }
+
+    #[test]
+    fn concurrent_failures_stop_exactly_at_zero() {
+        let b = TokenBucket::grpc(10, 0.5).expect("valid");
+        hammer(|| b.record_failure());
+        assert_eq!(
+            b.balance.load(Ordering::Relaxed),
+            0,
+            "no dip below zero left"
+        );
+    }
+
+    #[test]
+    fn concurrent_mixed_traffic_ends_inside_the_bucket() {
+        let b = TokenBucket::spend_per_retry(5, 0.3).expect("valid");
+        hammer(|| {
+            b.record_success(None);
+            let _ = b.withdraw(Withdrawal::Retry);
+            let _ = b.withdraw(Withdrawal::Retry);
+        });
+        let raw = b.balance.load(Ordering::Relaxed);
+        assert!((0..=5_000).contains(&raw), "balance {raw} left the bucket");
+    }
+
+    #[test]
+    fn oversized_spec_numbers_are_cut_not_wrapped() {
+        let b = TokenBucket::from_spec(TokenBucketSpec {
+            max: u64::MAX,
+            failure_cost: u64::MAX,
+            retry_cost: 1,
+            timeout_retry_cost: 1,
+            success_refund: u64::MAX,
+            refund_retry_cost: false,
+            min_balance: 0,
+        });
+        assert_eq!(b.milli_tokens(), LIMIT);
+        b.record_failure();
+        assert_eq!(b.milli_tokens(), 0);
+        b.record_success(None);
+        b.record_success(None);
+        assert_eq!(b.milli_tokens(), LIMIT);
     }
 }
