@@ -486,6 +486,37 @@ async fn retry_after_longer_than_the_backoff_delays_the_next_attempt() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn dropping_the_call_during_its_first_attempt_reports_the_cancellation() {
+    // The first attempt runs before any retry state exists; a call dropped there is still
+    // reported, and the budget still sees the request end.
+    let budget = Arc::new(ConcurrencyBudget::new(20.0, 3).expect("valid budget"));
+    let log = Arc::new(Recorder::default());
+    let retrier = Retrier::new(fixed(5))
+        .with_budget(Arc::clone(&budget))
+        .with_observer(Arc::clone(&log));
+    let at_once = retrier.run(
+        |_| async { Ok::<(), &str>(()) },
+        |_: &Result<(), &str>| Outcome::Success,
+    );
+    at_once.await.expect("succeeds at once");
+    assert_eq!(
+        budget.active_requests(),
+        0,
+        "a call that succeeded at once has ended"
+    );
+    let run = retrier.run(
+        |_| pending::<Result<(), &str>>(),
+        |_: &Result<(), &str>| Outcome::Retryable,
+    );
+    tokio::time::timeout(5 * SEC, run)
+        .await
+        .expect_err("the first attempt never ends");
+    assert_eq!(log.give_ups(), vec![(1, StopReason::Cancelled)]);
+    assert_eq!(budget.active_requests(), 0);
+    assert_eq!(budget.active_retries(), 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn dropping_the_call_cancels_the_attempt_in_flight_and_releases_the_budget() {
     let budget = Arc::new(ConcurrencyBudget::new(20.0, 3).expect("valid budget"));
     let log = Arc::new(Recorder::default());

@@ -181,7 +181,21 @@ impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
     /// whether an in-doubt failure may be retried (the operation is idempotent or keyed).
     #[inline]
     pub fn start(policy: &'a RetryPolicy, budget: &'a B, retry_safe: bool) -> Self {
-        budget.request_started();
+        RetryRun::after_first_attempt(policy, RequestStarted::new(budget), retry_safe)
+    }
+
+    /// [`RetryRun::start`] for a request whose first attempt was sent under `request` alone:
+    /// the retrier builds a run only when that attempt did not succeed, so a call that
+    /// succeeds at once never builds one.
+    #[inline]
+    pub(crate) fn after_first_attempt(
+        policy: &'a RetryPolicy,
+        request: RequestStarted<'a, B>,
+        retry_safe: bool,
+    ) -> Self {
+        // The run takes over telling the budget that the request ended (in its own drop).
+        let budget = request.budget;
+        std::mem::forget(request);
         RetryRun {
             policy,
             budget,
@@ -321,6 +335,29 @@ impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
             self.holding_retry = false;
             self.budget.retry_finished();
         }
+    }
+}
+
+/// A logical request the budget has been told about ([`RetryBudget::request_started`]) and
+/// must hear the end of: dropping it calls [`RetryBudget::request_finished`], whether the
+/// request ended or its caller dropped it. [`RetryRun::after_first_attempt`] takes it over.
+pub(crate) struct RequestStarted<'a, B: RetryBudget + ?Sized> {
+    budget: &'a B,
+}
+
+impl<'a, B: RetryBudget + ?Sized> RequestStarted<'a, B> {
+    /// Tells `budget` a request starts.
+    #[inline]
+    pub(crate) fn new(budget: &'a B) -> Self {
+        budget.request_started();
+        RequestStarted { budget }
+    }
+}
+
+impl<B: RetryBudget + ?Sized> Drop for RequestStarted<'_, B> {
+    #[inline]
+    fn drop(&mut self) {
+        self.budget.request_finished();
     }
 }
 

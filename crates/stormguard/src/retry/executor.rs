@@ -7,7 +7,7 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 
-use super::decide::{AttemptOutcome, Decision, RetryRun, StopReason};
+use super::decide::{AttemptOutcome, Decision, RequestStarted, RetryRun, StopReason};
 use super::error::{Failure, RetryError};
 use super::key::IdempotencyKey;
 use super::observe::RetryObserver;
@@ -362,80 +362,112 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
         P: RetryObserver,
     {
         let retry_safe = call.is_retry_safe(self.policy.idempotent());
-        let mut run = RetryRun::start(&self.policy, &self.budget, retry_safe);
-        let mut rng = LazyRng::new(&self.random);
-        let mut cancelled = CancelReporter::new(observer);
-        loop {
-            let number = run.attempts();
+        let request = RequestStarted::new(&self.budget);
+        // The first attempt, when nothing but the operation bounds it, runs before any retry
+        // state exists: a call that succeeds at once builds no run, no generator and no timer,
+        // and keeps nothing across its one await but what the attempt needs.
+        let mut first = None;
+        if self.policy.per_try_timeout().is_none() && !call.has_own_deadline() {
             let pass = match self.gate.admit() {
                 Ok(pass) => pass,
                 Err(refusal) => {
-                    cancelled.armed = false;
-                    let sent = refused(observer, refusal, number);
+                    let sent = refused(observer, refusal, 1);
                     return finish(Err(Failure::Refused(refusal)), sent, refusal.stop_reason());
                 }
             };
-            cancelled.attempts = number;
-            observer.attempt_started(number);
-            // The time this attempt is allowed: the per-try timeout, cut to what is left of
-            // the call's or the task's deadline, enforced by a timer. Without a per-try
-            // timeout or a deadline of the call's own, nothing is read here (the task's
-            // deadline is its owner's to enforce), so a call that succeeds at once reads no
-            // clock.
-            let timeout = match (self.policy.per_try_timeout(), call.has_own_deadline()) {
-                (None, false) => None,
-                (per_try, _) => match (per_try, call.remaining()) {
-                    (Some(p), Some(l)) => Some(p.min(l)),
-                    (p, l) => p.or(l),
-                },
-            };
+            let mut cancelled = CancelReporter::new(observer);
+            cancelled.attempts = 1;
+            observer.attempt_started(1);
             let attempt = Attempt {
-                number,
+                number: 1,
                 key: call.key.clone(),
-                timeout,
+                timeout: None,
             };
-            let (result, ended) = match timeout {
-                None => {
-                    let result = op(attempt).await;
-                    let outcome = classifier.classify(&result);
-                    if outcome.is_success() {
-                        pass.finish(outcome);
-                        observer.attempt_ended(number, &AttemptOutcome::from(outcome));
-                        run.succeeded();
-                        cancelled.armed = false;
-                        return finish(
-                            result.map_err(Failure::Error),
-                            number,
-                            StopReason::Succeeded,
-                        );
-                    }
-                    if let Some(refusal) = classifier.refusal(&result) {
-                        // Refused further down: not sent, so neither recorded nor charged.
-                        drop(pass);
+            let result = op(attempt).await;
+            let outcome = classifier.classify(&result);
+            if outcome.is_success() {
+                cancelled.armed = false;
+                pass.finish(outcome);
+                observer.attempt_ended(1, &AttemptOutcome::from(outcome));
+                self.budget.record_success(None);
+                return finish(result.map_err(Failure::Error), 1, StopReason::Succeeded);
+            }
+            if let Some(refusal) = classifier.refusal(&result) {
+                // Refused further down: not sent, so neither recorded nor charged.
+                drop(pass);
+                cancelled.armed = false;
+                let sent = refused(observer, refusal, 1);
+                return finish(result.map_err(Failure::Error), sent, refusal.stop_reason());
+            }
+            pass.finish(classifier.health(&result));
+            first = Some((
+                result.map_err(Failure::Error),
+                AttemptOutcome::from(outcome),
+                cancelled,
+            ));
+        }
+        let mut run = RetryRun::after_first_attempt(&self.policy, request, retry_safe);
+        let mut rng = LazyRng::new(&self.random);
+        let (mut carried, mut cancelled) = match first {
+            Some((result, ended, cancelled)) => (Some((result, ended)), cancelled),
+            None => (None, CancelReporter::new(observer)),
+        };
+        loop {
+            let number = run.attempts();
+            let (result, ended) = if let Some(done) = carried.take() {
+                done
+            } else {
+                let pass = match self.gate.admit() {
+                    Ok(pass) => pass,
+                    Err(refusal) => {
                         cancelled.armed = false;
                         let sent = refused(observer, refusal, number);
-                        return finish(result.map_err(Failure::Error), sent, refusal.stop_reason());
+                        return finish(Err(Failure::Refused(refusal)), sent, refusal.stop_reason());
                     }
-                    pass.finish(classifier.health(&result));
-                    (
-                        result.map_err(Failure::Error),
-                        AttemptOutcome::from(outcome),
-                    )
-                }
-                Some(limit) => match tokio::time::timeout(limit, op(attempt)).await {
-                    Ok(result) => {
+                };
+                cancelled.attempts = number;
+                observer.attempt_started(number);
+                // The time this attempt is allowed: the per-try timeout, cut to what is left
+                // of the call's or the task's deadline, enforced by a timer. Without a per-try
+                // timeout or a deadline of the call's own, nothing is read here (the task's
+                // deadline is its owner's to enforce).
+                let timeout = match (self.policy.per_try_timeout(), call.has_own_deadline()) {
+                    (None, false) => None,
+                    (per_try, _) => match (per_try, call.remaining()) {
+                        (Some(p), Some(l)) => Some(p.min(l)),
+                        (p, l) => p.or(l),
+                    },
+                };
+                let attempt = Attempt {
+                    number,
+                    key: call.key.clone(),
+                    timeout,
+                };
+                match timeout {
+                    None => {
+                        let result = op(attempt).await;
                         let outcome = classifier.classify(&result);
-                        if outcome.is_failure() {
-                            if let Some(refusal) = classifier.refusal(&result) {
-                                drop(pass);
-                                cancelled.armed = false;
-                                let sent = refused(observer, refusal, number);
-                                return finish(
-                                    result.map_err(Failure::Error),
-                                    sent,
-                                    refusal.stop_reason(),
-                                );
-                            }
+                        if outcome.is_success() {
+                            pass.finish(outcome);
+                            observer.attempt_ended(number, &AttemptOutcome::from(outcome));
+                            run.succeeded();
+                            cancelled.armed = false;
+                            return finish(
+                                result.map_err(Failure::Error),
+                                number,
+                                StopReason::Succeeded,
+                            );
+                        }
+                        if let Some(refusal) = classifier.refusal(&result) {
+                            // Refused further down: not sent, so neither recorded nor charged.
+                            drop(pass);
+                            cancelled.armed = false;
+                            let sent = refused(observer, refusal, number);
+                            return finish(
+                                result.map_err(Failure::Error),
+                                sent,
+                                refusal.stop_reason(),
+                            );
                         }
                         pass.finish(classifier.health(&result));
                         (
@@ -443,11 +475,33 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                             AttemptOutcome::from(outcome),
                         )
                     }
-                    Err(_) => {
-                        pass.finish(AttemptOutcome::TIMED_OUT.outcome);
-                        (Err(Failure::TimedOut(limit)), AttemptOutcome::TIMED_OUT)
-                    }
-                },
+                    Some(limit) => match tokio::time::timeout(limit, op(attempt)).await {
+                        Ok(result) => {
+                            let outcome = classifier.classify(&result);
+                            if outcome.is_failure() {
+                                if let Some(refusal) = classifier.refusal(&result) {
+                                    drop(pass);
+                                    cancelled.armed = false;
+                                    let sent = refused(observer, refusal, number);
+                                    return finish(
+                                        result.map_err(Failure::Error),
+                                        sent,
+                                        refusal.stop_reason(),
+                                    );
+                                }
+                            }
+                            pass.finish(classifier.health(&result));
+                            (
+                                result.map_err(Failure::Error),
+                                AttemptOutcome::from(outcome),
+                            )
+                        }
+                        Err(_) => {
+                            pass.finish(AttemptOutcome::TIMED_OUT.outcome);
+                            (Err(Failure::TimedOut(limit)), AttemptOutcome::TIMED_OUT)
+                        }
+                    },
+                }
             };
             observer.attempt_ended(number, &ended);
             if ended.outcome.is_success() {
