@@ -57,8 +57,8 @@
 //! validated by every rule above when the file is read. [`EndpointPolicy::in_force_at`] says
 //! which policy is in force at an instant and until when; the live client stack of
 //! `stormguard-tower` switches at each edge by itself, without a reload. How edges fall on
-//! the days clocks change (a skipped or a repeated hour) is told at [`Schedule`]'s module,
-//! `window`: an edge is the first instant the zone's clock reads its time or later.
+//! the days clocks change (a skipped or a repeated hour) is told at [`Schedule`]: an edge is
+//! the first instant the zone's clock reads its time or later.
 
 mod budget;
 mod error;

@@ -23,25 +23,7 @@
 //! during the window is checked by every rule the endpoint's own policy is, when the file is
 //! read, so a window cannot smuggle in what the base could not hold.
 //!
-//! # When a window is in force
-//!
-//! Times are local wall-clock times of the window's zone (an IANA name), `HH:MM` or
-//! `HH:MM:SS`. A window whose end is not after its start runs past midnight (`23:00`–`01:00`).
-//! Each edge is **the first instant at which the zone's wall clock reads that time or later**
-//! on that day. On the days a zone changes its clocks, this means:
-//!
-//! - **spring forward** (a gap: `02:00`–`03:00` does not exist in `America/New_York` on its
-//!   spring day): an edge inside the gap falls on the instant the clock jumps (`03:00` new
-//!   time). A window `02:30`–`04:00` runs `03:00`–`04:00` that day; a window entirely inside
-//!   the gap (`02:00`–`03:00`) does not run that day at all.
-//! - **fall back** (a fold: `01:00`–`02:00` happens twice): an edge inside the fold falls on
-//!   its first occurrence. A window `01:00`–`01:30` runs once, during the first `01:00`–`01:30`
-//!   (not again when the hour repeats); a window `01:30`–`02:30` runs from the first `01:30`
-//!   to `02:30`, two hours of real time that day.
-//!
-//! Because every edge is the *first* instant its time is reached, the edges of one day keep
-//! their order in real time, so windows that do not overlap on the clock never overlap in
-//! time. The windows of one endpoint are written in one time zone, and may not overlap.
+//! When a window is in force on the days clocks change is told at [`Schedule`].
 
 use std::fmt;
 use std::time::SystemTime;
@@ -54,8 +36,7 @@ use super::limits::MAX_WINDOWS;
 use super::{EndpointPolicy, FieldPath, PolicyError};
 use crate::duration::{MAX_QUOTED, cut};
 
-/// A daily schedule: from `start` to `end`, local time in one IANA time zone (see the
-/// [module docs](self) for the days clocks change).
+/// A daily schedule: from `start` to `end`, local time in one IANA time zone.
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
@@ -68,6 +49,26 @@ use crate::duration::{MAX_QUOTED, cut};
 /// assert_eq!(maintenance.to_string(), "03:00-04:00 Asia/Shanghai daily");
 /// # Ok::<(), stormguard::policy::PolicyError>(())
 /// ```
+///
+/// # When a window is in force
+///
+/// Times are local wall-clock times of the window's zone (an IANA name), `HH:MM` or
+/// `HH:MM:SS`. A window whose end is not after its start runs past midnight (`23:00`–`01:00`).
+/// Each edge is **the first instant at which the zone's wall clock reads that time or later**
+/// on that day. On the days a zone changes its clocks, this means:
+///
+/// - **spring forward** (a gap: `02:00`–`03:00` does not exist in `America/New_York` on its
+///   spring day): an edge inside the gap falls on the instant the clock jumps (`03:00` new
+///   time). A window `02:30`–`04:00` runs `03:00`–`04:00` that day; a window entirely inside
+///   the gap (`02:00`–`03:00`) does not run that day at all.
+/// - **fall back** (a fold: `01:00`–`02:00` happens twice): an edge inside the fold falls on
+///   its first occurrence. A window `01:00`–`01:30` runs once, during the first `01:00`–`01:30`
+///   (not again when the hour repeats); a window `01:30`–`02:30` runs from the first `01:30`
+///   to `02:30`, two hours of real time that day.
+///
+/// Because every edge is the *first* instant its time is reached, the edges of one day keep
+/// their order in real time, so windows that do not overlap on the clock never overlap in
+/// time. The windows of one endpoint are written in one time zone, and may not overlap.
 #[derive(Clone, Debug)]
 pub struct Schedule {
     start: Time,
