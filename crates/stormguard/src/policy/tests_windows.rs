@@ -332,7 +332,21 @@ fn a_bad_window_in_json_is_named_the_same_way() {
         panic!("{error:?}");
     };
     assert_eq!(field, r#"endpoints."x".windows[0].overrides.timeouts.per_try"#);
-    assert!(at.is_some(), "located in the text: {error}");
+    // Placed at the override that broke the rule: line 2, the `"per_try"` value.
+    let at = at.as_ref().expect("located in the text");
+    assert_eq!(at.line, 2, "{error}");
+    assert_eq!(at.column, 102, "{error}");
+    // The same in TOML: the line of the window's `overrides`.
+    let (field, _) = toml_error(&with_window(
+        "start = \"03:00\"\nend = \"04:00\"\ntime_zone = \"UTC\"\noverrides = { timeouts = { per_try = \"0s\" } }",
+    ));
+    assert!(field.ends_with("windows[0].overrides.timeouts.per_try"), "{field}");
+    let Err(PolicyError::Invalid { at: Some(at), .. }) = PolicyFile::from_toml(&with_window(
+        "start = \"03:00\"\nend = \"04:00\"\ntime_zone = \"UTC\"\noverrides = { timeouts = { per_try = \"0s\" } }",
+    )) else {
+        panic!("not located");
+    };
+    assert_eq!(at.line, 8);
 }
 
 #[test]
