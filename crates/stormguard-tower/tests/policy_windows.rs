@@ -3,6 +3,8 @@
 //! change it. Wall-clock and monotonic time are both tokio's paused clock, anchored at a
 //! chosen instant.
 
+#![allow(clippy::unwrap_used)]
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -90,11 +92,7 @@ fn downstream(failing: Arc<Mutex<bool>>, seen: Arc<Mutex<Vec<String>>>) -> Svc {
     }))
 }
 
-async fn call(
-    client: &Client<Svc>,
-    method: &str,
-    path: &str,
-) -> Result<StatusCode, StopReason> {
+async fn call(client: &Client<Svc>, method: &str, path: &str) -> Result<StatusCode, StopReason> {
     let request = Request::builder()
         .method(method)
         .uri(format!("http://svc{path}"))
@@ -122,15 +120,26 @@ async fn the_maintenance_window_applies_at_its_edges_without_a_reload_and_keeps_
     let last_timeout = || seen.lock().unwrap().last().cloned().unwrap_or_default();
 
     assert_eq!(call(&client, "POST", "/callback").await, Ok(StatusCode::OK));
-    assert_eq!(last_timeout(), "300000u", "before the window: per_try 300ms");
+    assert_eq!(
+        last_timeout(),
+        "300000u",
+        "before the window: per_try 300ms"
+    );
 
     // Open both breakers before the window.
     *failing.lock().unwrap() = true;
     for path in ["/orders", "/stock"] {
         for _ in 0..4 {
-            assert_eq!(call(&client, "GET", path).await, Ok(StatusCode::SERVICE_UNAVAILABLE));
+            assert_eq!(
+                call(&client, "GET", path).await,
+                Ok(StatusCode::SERVICE_UNAVAILABLE)
+            );
         }
-        assert_eq!(call(&client, "GET", path).await, Err(StopReason::BreakerOpen), "{path}");
+        assert_eq!(
+            call(&client, "GET", path).await,
+            Err(StopReason::BreakerOpen),
+            "{path}"
+        );
     }
     *failing.lock().unwrap() = false;
 
@@ -139,7 +148,10 @@ async fn the_maintenance_window_applies_at_its_edges_without_a_reload_and_keeps_
     assert_eq!(call(&client, "POST", "/callback").await, Ok(StatusCode::OK));
     assert_eq!(last_timeout(), "2000000u", "in the window: per_try 2s");
     // The window changed /orders' timeouts only: its breaker is the same, still open.
-    assert_eq!(call(&client, "GET", "/orders").await, Err(StopReason::BreakerOpen));
+    assert_eq!(
+        call(&client, "GET", "/orders").await,
+        Err(StopReason::BreakerOpen)
+    );
     // The window changed /stock's breaker: a fresh one, closed.
     assert_eq!(call(&client, "GET", "/stock").await, Ok(StatusCode::OK));
     // An edge is not a reload: the configured policies, and so the version, are the same.
@@ -147,7 +159,9 @@ async fn the_maintenance_window_applies_at_its_edges_without_a_reload_and_keeps_
     assert_eq!(layer.policies().status().swaps, 0);
     assert_eq!(
         layer.policies().current().endpoint("POST /callback"),
-        PolicyFile::from_toml(POLICY).unwrap().endpoint("POST /callback")
+        PolicyFile::from_toml(POLICY)
+            .unwrap()
+            .endpoint("POST /callback")
     );
 
     // 03:59:59: still in the window.
@@ -158,7 +172,11 @@ async fn the_maintenance_window_applies_at_its_edges_without_a_reload_and_keeps_
     // 04:00: back to the endpoint's own policy.
     tokio::time::advance(Duration::from_secs(1)).await;
     assert_eq!(call(&client, "POST", "/callback").await, Ok(StatusCode::OK));
-    assert_eq!(last_timeout(), "300000u", "after the window: per_try 300ms again");
+    assert_eq!(
+        last_timeout(),
+        "300000u",
+        "after the window: per_try 300ms again"
+    );
 
     // And again the next night, 23 hours later.
     tokio::time::advance(Duration::from_secs(23 * 3600)).await;
@@ -188,11 +206,11 @@ async fn across_new_yorks_fall_back_the_stack_follows_the_first_occurrence_rule(
     let mut elapsed = Duration::ZERO;
     // (minutes after 04:00 UTC, the per-try timeout on the wire)
     for (minute, expected) in [
-        (89, "300000u"),  // 05:29 UTC, 01:29 EDT
-        (90, "2000000u"), // 05:30 UTC, the first 01:30
+        (89, "300000u"),   // 05:29 UTC, 01:29 EDT
+        (90, "2000000u"),  // 05:30 UTC, the first 01:30
         (135, "2000000u"), // 06:15 UTC, 01:15 EST: the repeated hour, still inside
         (209, "2000000u"), // 07:29 UTC, 02:29 EST
-        (210, "300000u"), // 07:30 UTC, 02:30 EST: the end
+        (210, "300000u"),  // 07:30 UTC, 02:30 EST: the end
     ] {
         let at = Duration::from_secs(minute * 60);
         tokio::time::advance(at - elapsed).await;

@@ -36,11 +36,10 @@
 //!
 //! let policy = RetryPolicy::new(5)
 //!     .with_backoff(Backoff::exponential(Duration::from_millis(20)).with_cap(Duration::from_millis(200)))
-//!     .with_min_call(Duration::from_millis(60))
-//!     .validate()
-//!     .unwrap();
+//!     .with_min_call(Duration::from_millis(60));
 //! let budget = Arc::new(TokenBucket::grpc(10, 0.1).unwrap());
-//! let retrier = Retrier::new(policy).with_budget(budget);
+//! // The policy is checked here: a retrier only runs a valid one.
+//! let retrier = Retrier::new(policy).unwrap().with_budget(budget);
 //!
 //! // A server handler: the request arrived with 250 ms left.
 //! let call = retrier.run(

@@ -82,7 +82,7 @@ impl<O: Observer> Builder<O> {
         previous: Option<&Endpoint<O>>,
         index: u64,
     ) -> Result<Endpoint<O>, PolicyError> {
-        let policy = policy.validate()?;
+        policy.validate()?;
         let budget = match (previous, policy.budget()) {
             (Some(old), spec) if old.policy.budget() == spec => Arc::clone(&old.budget),
             (_, Some(spec)) => spec.build(self.clock.clone())?,
@@ -145,6 +145,7 @@ impl<O: Observer> Builder<O> {
             None => SeededRandom::from_entropy(),
         };
         let retrier = Retrier::new(*policy.retry())
+            .map_err(|e| invalid("retry", e))?
             .with_budget(Arc::clone(&budget))
             .with_random(random)
             .with_gate(breaker.clone());
@@ -166,10 +167,9 @@ impl<O: Observer> Builder<O> {
                 };
                 let hedge = HedgePolicy::new(spec.max_attempts, delay)
                     .with_min_call(policy.retry().min_call())
-                    .with_idempotent(policy.retry().idempotent())
-                    .validate()
-                    .map_err(|e| invalid("hedge", e))?;
-                Some(Hedger::new(hedge).with_budget(Arc::clone(&budget)))
+                    .with_idempotent(policy.retry().idempotent());
+                let hedger = Hedger::new(hedge).map_err(|e| invalid("hedge", e))?;
+                Some(hedger.with_budget(Arc::clone(&budget)))
             }
         };
         Ok(Endpoint {

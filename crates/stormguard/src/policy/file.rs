@@ -479,10 +479,9 @@ impl RawBackoff {
             BackoffKind::Envoy => Backoff::envoy(self.base, self.cap).with_jitter(jitter),
             BackoffKind::Decorrelated => Backoff::decorrelated(self.base, self.cap),
         };
-        backoff
-            .with_cap(self.cap)
-            .validate()
-            .map_err(|e| at.invalid(e))
+        let backoff = backoff.with_cap(self.cap);
+        backoff.validate().map_err(|e| at.invalid(e))?;
+        Ok(backoff)
     }
 }
 

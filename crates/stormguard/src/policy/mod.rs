@@ -107,8 +107,8 @@ pub use window::{InForce, PolicyWindow, Schedule};
 /// )
 /// .with_overall_timeout(Duration::from_secs(1))
 /// .with_budget(BudgetSpec::Grpc { max_tokens: 10, token_ratio: 0.1 })
-/// .with_breaker(BreakerConfig::new(HealthConfig::count(20)).with_minimum_throughput(10))
-/// .validate()?;
+/// .with_breaker(BreakerConfig::new(HealthConfig::count(20)).with_minimum_throughput(10));
+/// policy.validate()?;
 /// assert_eq!(policy.retry().max_attempts(), 3);
 /// # Ok::<(), stormguard::policy::PolicyError>(())
 /// ```
@@ -273,9 +273,8 @@ impl EndpointPolicy {
     }
 
     /// Checks every field and the rules between them; the error names the first broken one.
-    pub fn validate(self) -> Result<Self, PolicyError> {
-        rules::check(&self, &FieldPath::root(""))?;
-        Ok(self)
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        rules::check(self, &FieldPath::root(""))
     }
 
     /// What is legal but probably not meant: attempts that can never run because the

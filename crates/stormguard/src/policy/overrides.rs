@@ -116,14 +116,16 @@ fn diff(base: &Map<String, Value>, window: &Map<String, Value>) -> Map<String, V
     diff_at(base, window, true)
 }
 
-fn diff_at(base: &Map<String, Value>, window: &Map<String, Value>, top: bool) -> Map<String, Value> {
+fn diff_at(
+    base: &Map<String, Value>,
+    window: &Map<String, Value>,
+    top: bool,
+) -> Map<String, Value> {
     let mut changes = Map::new();
     for (key, value) in window {
         match (base.get(key), value) {
             (Some(old), value) if old == value => {}
-            (Some(Value::Object(old)), Value::Object(value))
-                if !(top && key == REPLACED_WHOLE) =>
-            {
+            (Some(Value::Object(old)), Value::Object(value)) if !(top && key == REPLACED_WHOLE) => {
                 changes.insert(key.clone(), Value::Object(diff_at(old, value, false)));
             }
             (_, value) => {

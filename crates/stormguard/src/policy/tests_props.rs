@@ -130,7 +130,7 @@ fn endpoint() -> impl Strategy<Value = EndpointPolicy> {
                     let during = policy.clone().with_retry(during_retry);
                     policy = policy.with_window(schedule, during);
                 }
-                policy.validate().ok()
+                policy.validate().ok().map(|()| policy)
             },
         )
 }
@@ -193,8 +193,11 @@ overrides = { timeouts = { per_try = "900ms", overall = "3s" }, budget = { kind 
 
 #[test]
 fn the_good_file_that_the_damage_starts_from_is_good() {
-    let file = PolicyFile::from_toml(GOOD).unwrap();
-    assert_eq!(file.endpoint("POST /pay").unwrap().windows().len(), 1);
+    let file = PolicyFile::from_toml(GOOD).expect("the good file");
+    assert_eq!(
+        file.endpoint("POST /pay").expect("present").windows().len(),
+        1
+    );
 }
 
 proptest! {

@@ -1,6 +1,8 @@
 //! Time windows: the seeds' 3 a.m. maintenance window, the days clocks change, and every bad
 //! window refused with its field named.
 
+#![allow(clippy::unwrap_used)]
+
 use std::time::{Duration, SystemTime};
 
 use super::*;
@@ -42,10 +44,16 @@ fn the_seeds_maintenance_window_loosens_the_timeout_from_3_to_4_in_shanghai() {
     );
     // Only the overridden fields differ; the budget and breaker are the endpoint's own.
     assert_eq!(per_try(window.policy()), Some(Duration::from_secs(2)));
-    assert_eq!(window.policy().overall_timeout(), Some(Duration::from_secs(5)));
+    assert_eq!(
+        window.policy().overall_timeout(),
+        Some(Duration::from_secs(5))
+    );
     assert_eq!(window.policy().budget(), policy.budget());
     assert_eq!(window.policy().breaker(), policy.breaker());
-    assert_eq!(window.policy().retry().min_call(), Duration::from_millis(50));
+    assert_eq!(
+        window.policy().retry().min_call(),
+        Duration::from_millis(50)
+    );
 
     // Shanghai is UTC+8 all year: 03:00 local is 19:00 UTC the day before.
     let before = policy.in_force_at(utc("2026-06-01T18:59:59Z"));
@@ -79,18 +87,19 @@ fn a_window_reads_back_equal_from_toml_and_json() {
 
 #[test]
 fn a_window_past_midnight_ends_the_next_day() {
-    let policy = EndpointPolicy::new(RetryPolicy::new(3))
-        .with_window(
-            Schedule::daily("23:30", "00:30", "UTC").unwrap(),
-            EndpointPolicy::new(RetryPolicy::new(1)),
-        )
-        .validate()
-        .unwrap();
+    let policy = EndpointPolicy::new(RetryPolicy::new(3)).with_window(
+        Schedule::daily("23:30", "00:30", "UTC").unwrap(),
+        EndpointPolicy::new(RetryPolicy::new(1)),
+    );
+    policy.validate().unwrap();
     assert_eq!(policy.in_force_at(utc("2026-01-01T23:29:59Z")).window, None);
     let late = policy.in_force_at(utc("2026-01-01T23:45:00Z"));
     assert_eq!(late.window, Some(0));
     assert_eq!(late.until, Some(utc("2026-01-02T00:30:00Z")));
-    assert_eq!(policy.in_force_at(utc("2026-01-02T00:15:00Z")).window, Some(0));
+    assert_eq!(
+        policy.in_force_at(utc("2026-01-02T00:15:00Z")).window,
+        Some(0)
+    );
     assert_eq!(policy.in_force_at(utc("2026-01-02T00:30:00Z")).window, None);
 }
 
@@ -158,7 +167,10 @@ fn fall_back_a_repeated_time_is_an_edge_at_its_first_occurrence() {
         Some(utc("2026-11-01T05:30:00Z"))
     );
     for at in ["05:30", "06:00", "06:15", "07:29"] {
-        assert!(across.is_active(utc(&format!("2026-11-01T{at}:00Z"))), "{at}");
+        assert!(
+            across.is_active(utc(&format!("2026-11-01T{at}:00Z"))),
+            "{at}"
+        );
     }
     assert_eq!(
         across.next_edge(utc("2026-11-01T06:00:00Z")),
@@ -178,8 +190,14 @@ fn europe_berlin_changes_its_clocks_on_other_days_and_the_same_rules_hold() {
         Some(utc("2026-03-30T00:15:00Z")),
         "inside the skipped hour: no window that day"
     );
-    assert!(window.is_active(utc("2026-10-25T00:15:00Z")), "the first 02:15 (CEST)");
-    assert!(!window.is_active(utc("2026-10-25T01:15:00Z")), "not the second (CET)");
+    assert!(
+        window.is_active(utc("2026-10-25T00:15:00Z")),
+        "the first 02:15 (CEST)"
+    );
+    assert!(
+        !window.is_active(utc("2026-10-25T01:15:00Z")),
+        "not the second (CET)"
+    );
     // The same wall-clock window is an hour later in UTC after the change.
     assert!(window.is_active(utc("2026-10-26T01:15:00Z")));
 }
@@ -187,10 +205,15 @@ fn europe_berlin_changes_its_clocks_on_other_days_and_the_same_rules_hold() {
 #[test]
 fn windows_that_do_not_overlap_on_the_clock_do_not_overlap_on_the_fall_back_day() {
     let policy = EndpointPolicy::new(RetryPolicy::new(3))
-        .with_window(new_york("00:30", "01:30"), EndpointPolicy::new(RetryPolicy::new(2)))
-        .with_window(new_york("01:30", "02:30"), EndpointPolicy::new(RetryPolicy::new(1)))
-        .validate()
-        .unwrap();
+        .with_window(
+            new_york("00:30", "01:30"),
+            EndpointPolicy::new(RetryPolicy::new(2)),
+        )
+        .with_window(
+            new_york("01:30", "02:30"),
+            EndpointPolicy::new(RetryPolicy::new(1)),
+        );
+    policy.validate().unwrap();
     let mut at = utc("2026-11-01T04:00:00Z");
     let end = utc("2026-11-01T08:00:00Z");
     let mut seen = Vec::new();
@@ -331,7 +354,10 @@ fn a_bad_window_in_json_is_named_the_same_way() {
     let PolicyError::Invalid { field, at, .. } = &error else {
         panic!("{error:?}");
     };
-    assert_eq!(field, r#"endpoints."x".windows[0].overrides.timeouts.per_try"#);
+    assert_eq!(
+        field,
+        r#"endpoints."x".windows[0].overrides.timeouts.per_try"#
+    );
     // Placed at the override that broke the rule: line 2, the `"per_try"` value.
     let at = at.as_ref().expect("located in the text");
     assert_eq!(at.line, 2, "{error}");
@@ -340,7 +366,10 @@ fn a_bad_window_in_json_is_named_the_same_way() {
     let (field, _) = toml_error(&with_window(
         "start = \"03:00\"\nend = \"04:00\"\ntime_zone = \"UTC\"\noverrides = { timeouts = { per_try = \"0s\" } }",
     ));
-    assert!(field.ends_with("windows[0].overrides.timeouts.per_try"), "{field}");
+    assert!(
+        field.ends_with("windows[0].overrides.timeouts.per_try"),
+        "{field}"
+    );
     let Err(PolicyError::Invalid { at: Some(at), .. }) = PolicyFile::from_toml(&with_window(
         "start = \"03:00\"\nend = \"04:00\"\ntime_zone = \"UTC\"\noverrides = { timeouts = { per_try = \"0s\" } }",
     )) else {
@@ -351,7 +380,8 @@ fn a_bad_window_in_json_is_named_the_same_way() {
 
 #[test]
 fn a_window_built_in_code_is_checked_by_the_same_rules() {
-    let base = EndpointPolicy::new(RetryPolicy::new(3)).with_overall_timeout(Duration::from_secs(1));
+    let base =
+        EndpointPolicy::new(RetryPolicy::new(3)).with_overall_timeout(Duration::from_secs(1));
     let utc_3_to_4 = || Schedule::daily("03:00", "04:00", "UTC").unwrap();
     // Removes the overall timeout: no override can say that.
     let error = base
@@ -359,9 +389,18 @@ fn a_window_built_in_code_is_checked_by_the_same_rules() {
         .with_window(utc_3_to_4(), EndpointPolicy::new(RetryPolicy::new(1)))
         .validate()
         .unwrap_err();
-    assert!(error.to_string().contains("windows[0].overrides: a window changes fields"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("windows[0].overrides: a window changes fields"),
+        "{error}"
+    );
     // Changes nothing.
-    let error = base.clone().with_window(utc_3_to_4(), base.clone()).validate().unwrap_err();
+    let error = base
+        .clone()
+        .with_window(utc_3_to_4(), base.clone())
+        .validate()
+        .unwrap_err();
     assert!(error.to_string().contains("changes nothing"), "{error}");
     // Breaks a rule of its own: named under the window.
     let error = base
@@ -370,7 +409,9 @@ fn a_window_built_in_code_is_checked_by_the_same_rules() {
         .validate()
         .unwrap_err();
     assert!(
-        error.to_string().contains("windows[0].overrides.retry.max_attempts"),
+        error
+            .to_string()
+            .contains("windows[0].overrides.retry.max_attempts"),
         "{error}"
     );
     // Too many windows.
@@ -400,6 +441,9 @@ fn a_window_can_change_the_budget_kind_whole() {
     "#;
     let file = PolicyFile::from_toml(text).unwrap();
     let window = &file.endpoint("x").unwrap().windows()[0];
-    assert!(matches!(window.policy().budget(), Some(BudgetSpec::Ratio { .. })));
+    assert!(matches!(
+        window.policy().budget(),
+        Some(BudgetSpec::Ratio { .. })
+    ));
     assert_eq!(PolicyFile::from_json(&file.to_json()).unwrap(), file);
 }

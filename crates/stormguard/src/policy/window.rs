@@ -214,12 +214,9 @@ impl Schedule {
     }
 
     fn overlaps(&self, other: &Schedule) -> bool {
-        self.spans().iter().any(|&(a0, a1)| {
-            other
-                .spans()
-                .iter()
-                .any(|&(b0, b1)| a0 < b1 && b0 < a1)
-        })
+        self.spans()
+            .iter()
+            .any(|&(a0, a1)| other.spans().iter().any(|&(b0, b1)| a0 < b1 && b0 < a1))
     }
 }
 
@@ -284,8 +281,8 @@ impl EndpointPolicy {
     ///     .with_retry(RetryPolicy::new(3).with_per_try_timeout(Duration::from_secs(2)))
     ///     .with_overall_timeout(Duration::from_secs(5));
     /// let policy = normal
-    ///     .with_window(Schedule::daily("03:00", "04:00", "Asia/Shanghai")?, maintenance)
-    ///     .validate()?;
+    ///     .with_window(Schedule::daily("03:00", "04:00", "Asia/Shanghai")?, maintenance);
+    /// policy.validate()?;
     /// assert_eq!(policy.windows().len(), 1);
     /// # Ok::<(), stormguard::policy::PolicyError>(())
     /// ```
@@ -346,9 +343,8 @@ pub(super) fn check(policy: &EndpointPolicy, at: &FieldPath) -> Result<(), Polic
         super::rules::check(&window.policy, &overrides)?;
         match super::overrides::overrides_of(policy, &window.policy) {
             Some(changes) if changes.is_empty() => {
-                return Err(overrides.invalid(
-                    "the window changes nothing: its policy is the endpoint's own",
-                ));
+                return Err(overrides
+                    .invalid("the window changes nothing: its policy is the endpoint's own"));
             }
             Some(_) => {}
             None => {

@@ -144,8 +144,8 @@ pub enum Decision {
 /// let ms = Duration::from_millis;
 /// let policy = RetryPolicy::new(5)
 ///     .with_backoff(Backoff::exponential(ms(20)).with_cap(ms(200)).with_jitter(Jitter::None))
-///     .with_min_call(ms(60))
-///     .validate()?;
+///     .with_min_call(ms(60));
+/// policy.validate()?;
 /// let budget = TokenBucket::spend_per_retry(10, 0.1)?;
 /// let mut rng = SmallRng::seed_from_u64(1);
 /// let mut run = RetryRun::start(&policy, &budget, false);
