@@ -204,7 +204,14 @@ impl<O: Observer> Policies<O> {
             return; // another call followed this edge already
         }
         match build_table(&self.inner.builder, &old.source, Some(&old), now) {
-            Ok(table) => self.inner.table.store(Arc::new(table)),
+            Ok(table) => {
+                #[cfg(feature = "tracing")]
+                tracing::info!(
+                    next_edge = ?table.next_edge,
+                    "stormguard policies: a time window started or ended"
+                );
+                self.inner.table.store(Arc::new(table));
+            }
             // The policies were valid when swapped in and a window's policy is checked with
             // them, so this cannot fail; if it did, keep calling by the policies in use and
             // stop following windows rather than fail calls.

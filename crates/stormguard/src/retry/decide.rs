@@ -179,6 +179,10 @@ pub struct RetryRun<'a, B: RetryBudget + ?Sized> {
 impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
     /// Starts a logical request whose first attempt is about to be sent. `retry_safe` says
     /// whether an in-doubt failure may be retried (the operation is idempotent or keyed).
+    ///
+    /// This runs once per call, so it does not check `policy` again: an executor checks its
+    /// policy once, when it is made (`Retrier::new` does; so do the
+    /// simulator's scenarios), and hands every run the checked one.
     #[inline]
     pub fn start(policy: &'a RetryPolicy, budget: &'a B, retry_safe: bool) -> Self {
         budget.request_started();
