@@ -91,7 +91,7 @@ impl Strategy {
     /// ```
     pub fn backoff(self, base: Duration, cap: Duration) -> Result<Backoff, InvalidBackoff> {
         let exponential = |jitter| Backoff::exponential(base).with_cap(cap).with_jitter(jitter);
-        match self {
+        let backoff = match self {
             Strategy::None => Backoff::fixed(Duration::ZERO).with_cap(cap),
             Strategy::Fixed => Backoff::fixed(base).with_cap(cap),
             Strategy::Linear => Backoff::linear(base).with_cap(cap),
@@ -99,8 +99,9 @@ impl Strategy {
             Strategy::Full => exponential(Jitter::Full),
             Strategy::Equal => exponential(Jitter::Equal),
             Strategy::Decorrelated => Backoff::decorrelated(base, cap),
-        }
-        .validate()
+        };
+        backoff.validate()?;
+        Ok(backoff)
     }
 
     /// This strategy's index in [`Strategy::ALL`]: its random stream number.

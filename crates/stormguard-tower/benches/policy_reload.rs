@@ -1,4 +1,5 @@
-//! The cost of live policies: a call through the stack with and without a file watcher
+//! The cost of live policies: a call through the stack with and without a file watcher, and
+//! with a time window (one wall-clock read per call to see whether an edge passed)
 //! (criterion), and the reload latency from a file's rename to the new policy in use
 //! (printed: median and worst of 50 reloads, at two debounce times).
 //!
@@ -46,7 +47,27 @@ fn request_path(c: &mut Criterion) {
     let downstream = service_fn(|_: Request<ReplayBody<Full<Bytes>>>| async {
         Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::new())))
     });
+    // The same policy with a daily window: the stack reads the wall clock on every call.
+    let windowed = PolicyFile::from_toml(&format!(
+        "{}\n[[endpoints.\"GET /x\".windows]]\nstart = \"03:00\"\nend = \"04:00\"\n\
+         time_zone = \"Asia/Shanghai\"\noverrides = {{ timeouts = {{ per_try = \"2s\" }} }}\n",
+        policy(200)
+    ))
+    .expect("valid");
     let mut group = c.benchmark_group("call");
+    {
+        let client = ClientLayer::from_policy_file(&windowed)
+            .expect("stack")
+            .layer(downstream);
+        group.bench_function("with_time_window", |b| {
+            b.to_async(&runtime).iter(|| {
+                let request = Request::get("http://svc/x")
+                    .body(Full::new(Bytes::new()))
+                    .expect("request");
+                client.clone().oneshot(request)
+            });
+        });
+    }
     for watched in [false, true] {
         let layer = ClientLayer::from_policy_file(&file).expect("stack");
         let watcher = watched.then(|| {

@@ -152,8 +152,6 @@ where
 fn at_once(attempts: u32) -> RetryPolicy {
     RetryPolicy::new(attempts)
         .with_backoff(Backoff::fixed(Duration::ZERO).with_jitter(Jitter::None))
-        .validate()
-        .unwrap()
 }
 
 fn breaker(probe: &Arc<Probe>) -> Arc<CircuitBreaker<BreakerEvents<Probe>>> {

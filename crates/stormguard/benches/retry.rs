@@ -112,7 +112,9 @@ fn success_path(c: &mut Criterion) {
     });
 
     let budget = Arc::new(TokenBucket::grpc(100, 0.1).expect("valid"));
-    let retrier = Retrier::new(RetryPolicy::new(3)).with_budget(Arc::clone(&budget));
+    let retrier = Retrier::new(RetryPolicy::new(3))
+        .expect("a valid policy")
+        .with_budget(Arc::clone(&budget));
     group.bench_function("stormguard_token_bucket_and_deadline", |b| {
         b.iter_custom(|iters| {
             let deadline = Deadline::after(Duration::from_secs(3600), Clock::system());
@@ -127,7 +129,7 @@ fn success_path(c: &mut Criterion) {
         })
     });
 
-    let plain = Retrier::new(RetryPolicy::new(3));
+    let plain = Retrier::new(RetryPolicy::new(3)).expect("a valid policy");
     group.bench_function("stormguard_no_budget_no_deadline", |b| {
         b.iter_custom(|iters| {
             timed(iters, |i| {

@@ -62,10 +62,9 @@ async fn row(label: &str, delay: Option<Duration>, retry_ratio: f64) {
     let load = Arc::new(Load::default());
     let policy = HedgePolicy::new(3, HedgeDelay::Fixed(delay.unwrap_or(Duration::ZERO)))
         // Without a delay the row is the baseline: calls are not idempotent, so not hedged.
-        .with_idempotent(delay.is_some())
-        .validate()
-        .expect("valid policy");
+        .with_idempotent(delay.is_some());
     let hedger = Hedger::new(policy)
+        .expect("a valid policy")
         .with_budget(budget)
         .with_observer(Arc::clone(&load));
 

@@ -69,11 +69,10 @@ async fn example_one() {
     );
     let policy = RetryPolicy::new(5)
         .with_backoff(Backoff::exponential(20 * MS).with_cap(200 * MS))
-        .with_min_call(60 * MS)
-        .validate()
-        .expect("valid policy");
+        .with_min_call(60 * MS);
     let budget = Arc::new(TokenBucket::spend_per_retry(10, 0.1).expect("valid budget"));
     let retrier = Retrier::new(policy)
+        .expect("a valid policy")
         .with_budget(Arc::clone(&budget))
         .with_random(SeededRandom::new(7))
         .with_observer(Printer {

@@ -73,8 +73,8 @@ pub enum Jitter {
 ///
 /// let backoff = Backoff::exponential(Duration::from_millis(100))
 ///     .with_cap(Duration::from_secs(2))
-///     .with_jitter(Jitter::Equal)
-///     .validate()?;
+///     .with_jitter(Jitter::Equal);
+/// backoff.validate()?;
 /// let mut rng = SmallRng::seed_from_u64(7);
 /// let first = backoff.delay(1, None, &mut rng);
 /// assert!(first >= Duration::from_millis(50) && first < Duration::from_millis(100));
@@ -159,10 +159,11 @@ impl Backoff {
         max_backoff: Duration,
         multiplier: f64,
     ) -> Result<Self, InvalidBackoff> {
-        Backoff::exponential(initial_backoff)
+        let backoff = Backoff::exponential(initial_backoff)
             .with_multiplier(multiplier)
-            .with_cap(max_backoff)
-            .validate()
+            .with_cap(max_backoff);
+        backoff.validate()?;
+        Ok(backoff)
     }
 
     /// Envoy's router default: uniform[0, min(10 · 25 ms, (2^n − 1) · 25 ms)).
@@ -210,7 +211,7 @@ impl Backoff {
 
     /// Checks the invariants: cap ≥ base, a finite multiplier above zero, and a non-zero base
     /// for decorrelated jitter.
-    pub fn validate(self) -> Result<Self, InvalidBackoff> {
+    pub fn validate(&self) -> Result<(), InvalidBackoff> {
         if self.cap < self.base {
             return Err(InvalidBackoff::CapBelowBase {
                 base: self.base,
@@ -225,7 +226,7 @@ impl Backoff {
         if self.jitter == Jitter::Decorrelated && self.base.is_zero() {
             return Err(InvalidBackoff::ZeroBaseDecorrelated);
         }
-        Ok(self)
+        Ok(())
     }
 
     /// The base delay.

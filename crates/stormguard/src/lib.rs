@@ -20,7 +20,19 @@
 //! | [`hedge`] | when to send another copy of a slow request (gRPC A6 hedging), paid from the retry budget |
 //! | [`limit`] | how many requests a server works on at once: adaptive concurrency limits (AIMD, Vegas, Gradient2) |
 //! | [`fault`] | latency, error statuses and resets injected on purpose, at run-time switchable rates |
-//! | [`policy`] | one endpoint's whole client policy (retry or hedge, timeouts, budget, breaker, throttle, deadline propagation, fallback), and the TOML/JSON files that hold them, validated at load |
+//! | [`policy`] | one endpoint's whole client policy (retry or hedge, timeouts, budget, breaker, throttle, deadline propagation, fallback, time windows), and the TOML/JSON files that hold them, validated at load |
+//!
+//! # Configuration is checked before anything runs
+//!
+//! Every configuration type has one check, `validate(&self) -> Result<(), E>`, whose typed
+//! error names the rule and the field broken ([`RetryPolicy::validate`](retry::RetryPolicy::validate),
+//! [`BreakerConfig::validate`](breaker::BreakerConfig::validate), …). Every running type is
+//! made by a constructor that runs that check and returns `Result` —
+//! `retry::Retrier::new`, `hedge::Hedger::new` (feature `tokio`),
+//! [`CircuitBreaker::new`](breaker::CircuitBreaker::new), [`HealthWindow::new`](health::HealthWindow::new),
+//! [`AdaptiveThrottle::new`](throttle::AdaptiveThrottle::new), [`Limiter::new`](limit::Limiter::new),
+//! [`FaultInjector::new`](fault::FaultInjector::new), the budgets' constructors — so a
+//! configuration that breaks a rule never runs: it is refused where it is handed over.
 //!
 //! # Example
 //!
@@ -36,11 +48,10 @@
 //!
 //! let policy = RetryPolicy::new(5)
 //!     .with_backoff(Backoff::exponential(Duration::from_millis(20)).with_cap(Duration::from_millis(200)))
-//!     .with_min_call(Duration::from_millis(60))
-//!     .validate()
-//!     .unwrap();
+//!     .with_min_call(Duration::from_millis(60));
 //! let budget = Arc::new(TokenBucket::grpc(10, 0.1).unwrap());
-//! let retrier = Retrier::new(policy).with_budget(budget);
+//! // The policy is checked here: a retrier only runs a valid one.
+//! let retrier = Retrier::new(policy).unwrap().with_budget(budget);
 //!
 //! // A server handler: the request arrived with 250 ms left.
 //! let call = retrier.run(

@@ -126,10 +126,7 @@ fn by_status(r: &Result<u16, ()>) -> Outcome {
 }
 
 fn policy(max: u32, delay: Duration) -> HedgePolicy {
-    HedgePolicy::new(max, HedgeDelay::Fixed(delay))
-        .with_idempotent(true)
-        .validate()
-        .unwrap()
+    HedgePolicy::new(max, HedgeDelay::Fixed(delay)).with_idempotent(true)
 }
 
 fn percentile(sorted: &[Duration], q: f64) -> Duration {
@@ -169,12 +166,14 @@ async fn p99_drops_while_extra_load_stays_within_the_budget() {
         || Arc::new(RatioBudget::new(0.1, Duration::from_secs(10), 0, Clock::tokio()).unwrap());
 
     let plain = Hedger::new(policy(2, 30 * MS).with_idempotent(false))
+        .expect("a valid policy")
         .with_budget(budget())
         .with_observer(Recorder::new());
     let plain = measure(plain, downstream(11)).await;
 
     let recorder = Recorder::new();
     let hedged = Hedger::new(policy(3, 30 * MS))
+        .expect("a valid policy")
         .with_budget(budget())
         .with_observer(recorder.clone());
     let hedged = measure(hedged, downstream(11)).await;
@@ -202,6 +201,7 @@ async fn p99_drops_while_extra_load_stays_within_the_budget() {
     let tight =
         Arc::new(RatioBudget::new(0.02, Duration::from_secs(10), 0, Clock::tokio()).unwrap());
     let starved = Hedger::new(policy(3, 30 * MS))
+        .expect("a valid policy")
         .with_budget(tight)
         .with_observer(recorder.clone());
     let starved = measure(starved, downstream(11)).await;
@@ -216,7 +216,9 @@ async fn p99_drops_while_extra_load_stays_within_the_budget() {
 async fn the_losers_are_dropped_when_a_hedge_wins() {
     let drops = Arc::new(Drops::default());
     let recorder = Recorder::new();
-    let hedger = Hedger::new(policy(3, 20 * MS)).with_observer(recorder.clone());
+    let hedger = Hedger::new(policy(3, 20 * MS))
+        .expect("a valid policy")
+        .with_observer(recorder.clone());
     let op = scripted(
         vec![(1000 * MS, 200), (1000 * MS, 200), (5 * MS, 200)],
         drops.clone(),
@@ -249,7 +251,7 @@ async fn the_losers_are_dropped_when_a_hedge_wins() {
 #[tokio::test(start_paused = true)]
 async fn a_fatal_status_cancels_every_attempt() {
     let drops = Arc::new(Drops::default());
-    let hedger = Hedger::new(policy(3, 10 * MS));
+    let hedger = Hedger::new(policy(3, 10 * MS)).expect("a valid policy");
     let op = scripted(
         vec![(1000 * MS, 200), (1000 * MS, 200), (5 * MS, 404)],
         drops.clone(),
@@ -269,7 +271,9 @@ async fn a_fatal_status_cancels_every_attempt() {
 #[tokio::test(start_paused = true)]
 async fn a_non_fatal_failure_sends_the_next_hedge_at_once() {
     let recorder = Recorder::new();
-    let hedger = Hedger::new(policy(3, 100 * MS)).with_observer(recorder.clone());
+    let hedger = Hedger::new(policy(3, 100 * MS))
+        .expect("a valid policy")
+        .with_observer(recorder.clone());
     let drops = Arc::new(Drops::default());
     let op = scripted(vec![(5 * MS, 503), (1000 * MS, 200), (10 * MS, 200)], drops);
     let report = hedger.run_report(HedgeCall::new(), op, by_status).await;
@@ -293,7 +297,7 @@ async fn a_non_fatal_failure_sends_the_next_hedge_at_once() {
 #[tokio::test(start_paused = true)]
 async fn when_everything_fails_non_fatally_the_last_failure_is_returned() {
     let drops = Arc::new(Drops::default());
-    let hedger = Hedger::new(policy(3, 10 * MS));
+    let hedger = Hedger::new(policy(3, 10 * MS)).expect("a valid policy");
     let op = scripted(vec![(50 * MS, 502), (5 * MS, 503), (5 * MS, 504)], drops);
     let report = hedger.run_report(HedgeCall::new(), op, by_status).await;
     assert_eq!(report.result.unwrap(), 502, "attempt 1 failed last");
@@ -305,10 +309,8 @@ async fn when_everything_fails_non_fatally_the_last_failure_is_returned() {
 
 #[tokio::test(start_paused = true)]
 async fn only_idempotent_or_keyed_calls_are_hedged() {
-    let not_idempotent = HedgePolicy::new(3, HedgeDelay::Fixed(10 * MS))
-        .validate()
-        .unwrap();
-    let hedger = Hedger::new(not_idempotent);
+    let not_idempotent = HedgePolicy::new(3, HedgeDelay::Fixed(10 * MS));
+    let hedger = Hedger::new(not_idempotent).expect("a valid policy");
     let slow = || scripted(vec![(1000 * MS, 200); 3], Arc::new(Drops::default()));
 
     let report = hedger.run_report(HedgeCall::new(), slow(), by_status).await;
@@ -350,6 +352,7 @@ async fn a_budget_refusal_stops_hedging() {
     let bucket = Arc::new(TokenBucket::spend_per_retry(2, 0.001).unwrap());
     let recorder = Recorder::new();
     let hedger = Hedger::new(policy(5, 10 * MS))
+        .expect("a valid policy")
         .with_budget(bucket.clone())
         .with_observer(recorder.clone());
     let slow = || scripted(vec![(1000 * MS, 200); 5], Arc::new(Drops::default()));
@@ -367,7 +370,9 @@ async fn a_budget_refusal_stops_hedging() {
 
     // An Envoy concurrency budget counts hedges in flight and releases cancelled ones.
     let envoy = Arc::new(ConcurrencyBudget::new(0.0, 1).unwrap());
-    let hedger = Hedger::new(policy(5, 10 * MS)).with_budget(envoy.clone());
+    let hedger = Hedger::new(policy(5, 10 * MS))
+        .expect("a valid policy")
+        .with_budget(envoy.clone());
     let report = hedger.run_report(HedgeCall::new(), slow(), by_status).await;
     assert_eq!(report.sent, 2, "one hedge in flight at a time");
     assert_eq!((envoy.active_retries(), envoy.active_requests()), (0, 0));
@@ -377,7 +382,9 @@ async fn a_budget_refusal_stops_hedging() {
 async fn pushback_postpones_or_stops_hedges() {
     // Overloaded with a delay: the next hedge waits for it, then the schedule resumes.
     let recorder = Recorder::new();
-    let hedger = Hedger::new(policy(3, 20 * MS)).with_observer(recorder.clone());
+    let hedger = Hedger::new(policy(3, 20 * MS))
+        .expect("a valid policy")
+        .with_observer(recorder.clone());
     let report = hedger
         .run_report(
             HedgeCall::new(),
@@ -411,7 +418,9 @@ async fn pushback_postpones_or_stops_hedges() {
     // "Do not retry" pushback: no more hedges, but the original keeps running and wins.
     let recorder = Recorder::new();
     let drops = Arc::new(Drops::default());
-    let hedger = Hedger::new(policy(3, 10 * MS)).with_observer(recorder.clone());
+    let hedger = Hedger::new(policy(3, 10 * MS))
+        .expect("a valid policy")
+        .with_observer(recorder.clone());
     let classifier = WithPushback::new(by_status, |r: &Result<u16, ()>| {
         (r == &Ok(503)).then_some(Pushback::DoNotRetry)
     });
@@ -433,7 +442,7 @@ async fn pushback_postpones_or_stops_hedges() {
 #[tokio::test(start_paused = true)]
 async fn the_deadline_bounds_every_attempt() {
     let drops = Arc::new(Drops::default());
-    let hedger = Hedger::new(policy(3, 30 * MS));
+    let hedger = Hedger::new(policy(3, 30 * MS)).expect("a valid policy");
     let op = scripted(vec![(1000 * MS, 200); 3], drops.clone());
     let start = Instant::now();
     let request = Deadline::after(100 * MS, Clock::tokio());
@@ -450,8 +459,9 @@ async fn the_deadline_bounds_every_attempt() {
     let recorder = Recorder::new();
     let timeouts = Arc::new(Mutex::new(Vec::new()));
     let seen = timeouts.clone();
-    let hedger =
-        Hedger::new(policy(3, 20 * MS).with_min_call(40 * MS)).with_observer(recorder.clone());
+    let hedger = Hedger::new(policy(3, 20 * MS).with_min_call(40 * MS))
+        .expect("a valid policy")
+        .with_observer(recorder.clone());
     let call = HedgeCall::new().with_deadline(Deadline::after(70 * MS, Clock::tokio()));
     let report = hedger
         .run_report(
@@ -487,13 +497,9 @@ async fn attempts_are_capped_at_five_and_a_dynamic_delay_is_read() {
         counted.fetch_add(1, Ordering::SeqCst);
         Some(7 * MS)
     });
-    let hedger = Hedger::new(
-        HedgePolicy::new(9, delay)
-            .with_idempotent(true)
-            .validate()
-            .unwrap(),
-    )
-    .with_observer(recorder.clone());
+    let hedger = Hedger::new(HedgePolicy::new(9, delay).with_idempotent(true))
+        .expect("a valid policy")
+        .with_observer(recorder.clone());
     let op = scripted(vec![(1000 * MS, 200); 9], Arc::new(Drops::default()));
     let report = hedger.run_report(HedgeCall::new(), op, by_status).await;
     assert_eq!(report.sent, 5);
@@ -511,7 +517,9 @@ async fn attempts_are_capped_at_five_and_a_dynamic_delay_is_read() {
 async fn dropping_the_call_cancels_every_attempt() {
     let drops = Arc::new(Drops::default());
     let recorder = Recorder::new();
-    let hedger = Hedger::new(policy(3, 10 * MS)).with_observer(recorder.clone());
+    let hedger = Hedger::new(policy(3, 10 * MS))
+        .expect("a valid policy")
+        .with_observer(recorder.clone());
     let op = scripted(vec![(1000 * MS, 200); 3], drops.clone());
     let timed_out = tokio::time::timeout(25 * MS, hedger.run(op, by_status)).await;
     assert!(timed_out.is_err());
@@ -526,7 +534,7 @@ async fn dropping_the_call_cancels_every_attempt() {
 #[tokio::test(start_paused = true)]
 async fn far_deadlines_and_endless_pushback_neither_panic_nor_hang() {
     // A deadline of Duration::MAX is effectively none.
-    let hedger = Hedger::new(policy(2, 10 * MS));
+    let hedger = Hedger::new(policy(2, 10 * MS)).expect("a valid policy");
     let call = HedgeCall::new().with_deadline(Deadline::after(Duration::MAX, Clock::tokio()));
     let op = scripted(
         vec![(1000 * MS, 200), (5 * MS, 200)],

@@ -102,7 +102,9 @@ fn http(r: &Result<u16, ()>) -> Outcome {
 #[tokio::test(start_paused = true)]
 async fn never_retry_stops_after_one_attempt_and_keeps_the_error() {
     let log = Arc::new(Recorder::default());
-    let retrier = Retrier::new(fixed(5)).with_observer(Arc::clone(&log));
+    let retrier = Retrier::new(fixed(5))
+        .expect("a valid policy")
+        .with_observer(Arc::clone(&log));
     let calls = AtomicU32::new(0);
     let start = Instant::now();
 
@@ -127,7 +129,7 @@ async fn never_retry_stops_after_one_attempt_and_keeps_the_error() {
 
 #[tokio::test(start_paused = true)]
 async fn retryable_failures_stop_when_attempts_are_exhausted() {
-    let retrier = Retrier::new(fixed(4));
+    let retrier = Retrier::new(fixed(4)).expect("a valid policy");
     let calls = AtomicU32::new(0);
     let start = Instant::now();
 
@@ -153,7 +155,9 @@ async fn retryable_failures_stop_when_attempts_are_exhausted() {
 async fn grpc_bucket_refuses_the_retry_once_tokens_are_not_above_half() {
     // maxTokens 2: the first failure leaves 1 token, which is not > 2/2, so no retry at all.
     let bucket = Arc::new(TokenBucket::grpc(2, 0.1).expect("valid budget"));
-    let retrier = Retrier::new(fixed(10)).with_budget(Arc::clone(&bucket));
+    let retrier = Retrier::new(fixed(10))
+        .expect("a valid policy")
+        .with_budget(Arc::clone(&bucket));
     let calls = AtomicU32::new(0);
     let op = |_: Attempt| {
         calls.fetch_add(1, Ordering::SeqCst);
@@ -182,7 +186,9 @@ async fn grpc_bucket_refuses_the_retry_once_tokens_are_not_above_half() {
 async fn grpc_bucket_of_ten_allows_four_retries_from_full() {
     // 10 → 9, 8, 7, 6 (each > 5: retry) → 5 (not > 5: refused): 5 calls.
     let bucket = Arc::new(TokenBucket::grpc(10, 0.1).expect("valid budget"));
-    let retrier = Retrier::new(fixed(10)).with_budget(Arc::clone(&bucket));
+    let retrier = Retrier::new(fixed(10))
+        .expect("a valid policy")
+        .with_budget(Arc::clone(&bucket));
     let calls = AtomicU32::new(0);
     let err = retrier
         .run(
@@ -205,7 +211,7 @@ async fn slow_op_with_per_try_timeout(
     policy: RetryPolicy,
     call: Call,
 ) -> (Result<(), stormguard::retry::RetryError<()>>, Vec<Attempt>) {
-    let retrier = Retrier::new(policy.with_per_try_timeout(100 * MS));
+    let retrier = Retrier::new(policy.with_per_try_timeout(100 * MS)).expect("a valid policy");
     let seen = Mutex::new(Vec::new());
     let result = retrier
         .run_with(
@@ -294,7 +300,7 @@ async fn idempotent_call_is_retried_after_timeouts() {
 
 #[tokio::test(start_paused = true)]
 async fn per_try_timeout_is_capped_by_the_call_deadline() {
-    let retrier = Retrier::new(fixed(3).with_per_try_timeout(SEC));
+    let retrier = Retrier::new(fixed(3).with_per_try_timeout(SEC)).expect("a valid policy");
     let seen = Mutex::new(Vec::new());
     let start = Instant::now();
     let call = Call::new().with_deadline(Deadline::after(250 * MS, Clock::tokio()));
@@ -327,7 +333,7 @@ async fn later_attempts_get_only_what_is_left_of_the_deadline() {
         .with_backoff(Backoff::fixed(100 * MS))
         .with_per_try_timeout(300 * MS)
         .with_idempotent(true);
-    let retrier = Retrier::new(policy);
+    let retrier = Retrier::new(policy).expect("a valid policy");
     let seen = Mutex::new(Vec::new());
     let start = Instant::now();
     let err = retrier
@@ -383,7 +389,7 @@ async fn task_scoped_deadline_stops_the_retrier_and_the_earlier_deadline_wins() 
     let policy = RetryPolicy::new(5)
         .with_backoff(Backoff::fixed(20 * MS))
         .with_min_call(60 * MS);
-    let retrier = Retrier::new(policy);
+    let retrier = Retrier::new(policy).expect("a valid policy");
     let too_close = (StopReason::DeadlineTooClose, 3, 220 * MS);
 
     // Without a deadline all five attempts run.
@@ -422,7 +428,8 @@ async fn task_scoped_deadline_stops_the_retrier_and_the_earlier_deadline_wins() 
 async fn expired_deadline_stops_retrying_even_with_zero_wait_and_min_call() {
     // The call's own 100 ms deadline cuts the first (150 ms) attempt: nobody is waiting any
     // more, whatever the policy would allow.
-    let retrier = Retrier::new(RetryPolicy::new(5).with_backoff(Backoff::fixed(Duration::ZERO)));
+    let retrier = Retrier::new(RetryPolicy::new(5).with_backoff(Backoff::fixed(Duration::ZERO)))
+        .expect("a valid policy");
     let calls = AtomicU32::new(0);
     let start = Instant::now();
     let err = retrier
@@ -452,6 +459,7 @@ async fn expired_deadline_stops_retrying_even_with_zero_wait_and_min_call() {
 async fn retry_after_longer_than_the_backoff_delays_the_next_attempt() {
     let log = Arc::new(Recorder::default());
     let retrier = Retrier::new(RetryPolicy::new(3).with_backoff(Backoff::exponential(10 * MS)))
+        .expect("a valid policy")
         .with_random(SeededRandom::new(7))
         .with_observer(Arc::clone(&log));
     let starts = Mutex::new(Vec::new());
@@ -521,6 +529,7 @@ async fn dropping_the_call_cancels_the_attempt_in_flight_and_releases_the_budget
     let budget = Arc::new(ConcurrencyBudget::new(20.0, 3).expect("valid budget"));
     let log = Arc::new(Recorder::default());
     let retrier = Retrier::new(fixed(5))
+        .expect("a valid policy")
         .with_budget(Arc::clone(&budget))
         .with_observer(Arc::clone(&log));
     let dropped = Arc::new(AtomicBool::new(false));
@@ -565,7 +574,9 @@ async fn dropping_the_call_cancels_the_attempt_in_flight_and_releases_the_budget
 #[tokio::test(start_paused = true)]
 async fn observer_sees_each_attempt_and_retry_in_order_and_no_give_up_on_success() {
     let log = Arc::new(Recorder::default());
-    let retrier = Retrier::new(fixed(5)).with_observer(Arc::clone(&log));
+    let retrier = Retrier::new(fixed(5))
+        .expect("a valid policy")
+        .with_observer(Arc::clone(&log));
     let status = retrier
         .run(
             |attempt| async move { Ok::<u16, ()>(if attempt.number < 3 { 503 } else { 200 }) },
@@ -596,6 +607,7 @@ async fn jittered_delays(seed: u64) -> Vec<Duration> {
     let policy =
         RetryPolicy::new(4).with_backoff(Backoff::exponential(100 * MS).with_jitter(Jitter::Full));
     let retrier = Retrier::new(policy)
+        .expect("a valid policy")
         .with_random(SeededRandom::new(seed))
         .with_observer(Arc::clone(&log));
     for _ in 0..3 {
@@ -628,7 +640,7 @@ async fn same_seed_gives_the_same_jitter_and_another_seed_does_not() {
 
 #[tokio::test(start_paused = true)]
 async fn run_report_hands_back_the_last_response_classified_as_failure() {
-    let retrier = Retrier::new(fixed(3));
+    let retrier = Retrier::new(fixed(3)).expect("a valid policy");
     let calls = AtomicU32::new(0);
     let report = retrier
         .run_report(

@@ -65,10 +65,7 @@ struct Tally {
 async fn outage(breaker: Option<Arc<CircuitBreaker<Arc<Changes>>>>) -> Arc<Tally> {
     let start = Instant::now();
     let tally = Arc::new(Tally::default());
-    let policy = RetryPolicy::new(4)
-        .with_backoff(Backoff::exponential(50 * MS).with_cap(400 * MS))
-        .validate()
-        .unwrap();
+    let policy = RetryPolicy::new(4).with_backoff(Backoff::exponential(50 * MS).with_cap(400 * MS));
     let mut tasks = Vec::new();
     for caller in 0..CALLERS {
         let tally = Arc::clone(&tally);
@@ -76,10 +73,13 @@ async fn outage(breaker: Option<Arc<CircuitBreaker<Arc<Changes>>>>) -> Arc<Tally
         tasks.push(tokio::spawn(async move {
             let with_breaker = breaker.map(|b| {
                 Retrier::new(policy)
+                    .expect("a valid policy")
                     .with_random(SeededRandom::new(caller))
                     .with_breaker(b)
             });
-            let without = Retrier::new(policy).with_random(SeededRandom::new(caller));
+            let without = Retrier::new(policy)
+                .expect("a valid policy")
+                .with_random(SeededRandom::new(caller));
             let downstream = |_| {
                 let tally = Arc::clone(&tally);
                 async move {
@@ -269,13 +269,9 @@ async fn a_retry_is_not_sent_into_a_breaker_that_opened_during_the_backoff() {
         .with_minimum_throughput(4)
         .with_open_duration(10 * SEC);
     let breaker = Arc::new(CircuitBreaker::new(config, Clock::tokio()).unwrap());
-    let retrier = Retrier::new(
-        RetryPolicy::new(5)
-            .with_backoff(Backoff::fixed(SEC))
-            .validate()
-            .unwrap(),
-    )
-    .with_breaker(Arc::clone(&breaker));
+    let retrier = Retrier::new(RetryPolicy::new(5).with_backoff(Backoff::fixed(SEC)))
+        .expect("a valid policy")
+        .with_breaker(Arc::clone(&breaker));
     let sent = Arc::new(AtomicU64::new(0));
     let call = {
         let sent = Arc::clone(&sent);
@@ -325,10 +321,9 @@ async fn each_attempt_records_its_elapsed_time_on_the_breakers_clock() {
         RetryPolicy::new(3)
             .with_backoff(Backoff::fixed(SEC))
             .with_per_try_timeout(300 * MS)
-            .with_idempotent(true)
-            .validate()
-            .unwrap(),
+            .with_idempotent(true),
     )
+    .expect("a valid policy")
     .with_breaker(Arc::clone(&breaker));
     let err = retrier
         .run(

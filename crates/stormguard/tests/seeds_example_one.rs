@@ -84,9 +84,7 @@ impl Log {
 async fn three_calls_then_the_deadline_cannot_fit_another() {
     let policy = RetryPolicy::new(5)
         .with_backoff(Backoff::exponential(20 * MS).with_cap(200 * MS))
-        .with_min_call(60 * MS)
-        .validate()
-        .expect("valid policy");
+        .with_min_call(60 * MS);
     let budget = Arc::new(TokenBucket::spend_per_retry(10, 0.1).expect("valid budget"));
     let draws = Scripted(Arc::new(Mutex::new(vec![
         draw(17 * MS, 20 * MS),
@@ -95,6 +93,7 @@ async fn three_calls_then_the_deadline_cannot_fit_another() {
     ])));
     let log = Arc::new(Log::default());
     let retrier = Retrier::new(policy)
+        .expect("a valid policy")
         .with_budget(Arc::clone(&budget))
         .with_random(draws)
         .with_observer(Arc::clone(&log));
@@ -139,11 +138,13 @@ async fn same_run_reports_the_stop_reason_and_attempts() {
     let policy = RetryPolicy::new(5)
         .with_backoff(Backoff::exponential(20 * MS).with_cap(200 * MS))
         .with_min_call(60 * MS);
-    let retrier = Retrier::new(policy).with_random(Scripted(Arc::new(Mutex::new(vec![
-        draw(17 * MS, 20 * MS),
-        draw(12 * MS, 40 * MS),
-        draw(MS, 80 * MS),
-    ]))));
+    let retrier = Retrier::new(policy)
+        .expect("a valid policy")
+        .with_random(Scripted(Arc::new(Mutex::new(vec![
+            draw(17 * MS, 20 * MS),
+            draw(12 * MS, 40 * MS),
+            draw(MS, 80 * MS),
+        ]))));
     let call = retrier.run_with(
         stormguard::retry::Call::new().with_deadline(Deadline::after(250 * MS, Clock::tokio())),
         |_| async {

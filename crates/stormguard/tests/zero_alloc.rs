@@ -70,7 +70,9 @@ async fn ok(x: u32) -> Result<u32, std::io::Error> {
 #[test]
 fn success_path_with_budget_and_deadline_allocates_nothing() {
     let budget = Arc::new(TokenBucket::grpc(10, 0.1).expect("valid"));
-    let retrier = Retrier::new(RetryPolicy::new(3)).with_budget(budget);
+    let retrier = Retrier::new(RetryPolicy::new(3))
+        .expect("a valid policy")
+        .with_budget(budget);
     let deadline = Deadline::after(Duration::from_secs(60), Clock::system());
     let (before, after, sum) = poll_once(deadline::scope(deadline, async {
         // Warm up: first-use initialisation (thread locals, the clock) is not per call.
@@ -91,8 +93,9 @@ fn success_path_with_budget_and_deadline_allocates_nothing() {
 
 #[test]
 fn success_path_with_an_http_classifier_allocates_nothing() {
-    let retrier =
-        Retrier::new(RetryPolicy::new(3)).with_budget(Arc::new(TokenBucket::aws_standard()));
+    let retrier = Retrier::new(RetryPolicy::new(3))
+        .expect("a valid policy")
+        .with_budget(Arc::new(TokenBucket::aws_standard()));
     let classify =
         |r: &Result<u16, ()>| r.map_or(Outcome::NeverRetry, |s| classify_http_status(s, None));
     let before = allocations();
@@ -147,6 +150,7 @@ fn success_path_through_a_breaker_allocates_nothing() {
         CircuitBreaker::new(BreakerConfig::seeds_default(), Clock::system()).expect("valid"),
     );
     let retrier = Retrier::new(RetryPolicy::new(3))
+        .expect("a valid policy")
         .with_budget(Arc::new(TokenBucket::grpc(10, 0.1).expect("valid")))
         .with_breaker(breaker);
     let _ = poll_once(retrier.run(|a| ok(a.number), ByErrorClass));

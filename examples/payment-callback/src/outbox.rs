@@ -22,7 +22,7 @@ use stormguard::budget::Unlimited;
 use stormguard::classify::Outcome;
 use stormguard::deadline::WallClock;
 use stormguard::policy::EndpointPolicy;
-use stormguard::retry::{Retrier, SeededRandom};
+use stormguard::retry::{InvalidPolicy, Retrier, SeededRandom};
 use stormguard_idempotency::exactly_once::{OutboxMessage, Publisher};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -39,13 +39,17 @@ pub struct BrokerPublisher {
 }
 
 impl BrokerPublisher {
-    /// A publisher into `broker`.
-    pub fn new(broker: Broker, policy: &EndpointPolicy, seed: u64) -> Self {
-        BrokerPublisher {
+    /// A publisher into `broker`, retrying by `policy`'s retry policy.
+    ///
+    /// # Errors
+    ///
+    /// The [`InvalidPolicy`] the retrier refuses.
+    pub fn new(broker: Broker, policy: &EndpointPolicy, seed: u64) -> Result<Self, InvalidPolicy> {
+        Ok(BrokerPublisher {
             broker,
-            retrier: Retrier::new(*policy.retry()).with_random(SeededRandom::new(seed)),
+            retrier: Retrier::new(*policy.retry())?.with_random(SeededRandom::new(seed)),
             wall: WallClock::system(),
-        }
+        })
     }
 }
 

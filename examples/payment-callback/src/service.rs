@@ -39,7 +39,7 @@ use stormguard::budget::Unlimited;
 use stormguard::classify::Outcome;
 use stormguard::clock::Clock;
 use stormguard::deadline::{self, Deadline, WallClock};
-use stormguard::retry::{Call, Retrier, SeededRandom};
+use stormguard::retry::{Call, InvalidPolicy, Retrier, SeededRandom};
 use stormguard_tower::DeadlineLayer;
 use stormguard_tower::deadline::InvalidDeadlineConfig;
 use stormguard_tower::wire::mark_exhausted;
@@ -105,6 +105,9 @@ pub enum ServiceError {
     /// The policy file.
     #[error(transparent)]
     Policy(#[from] PolicyError),
+    /// A retry policy a retrier refuses.
+    #[error(transparent)]
+    Retry(#[from] InvalidPolicy),
     /// The risk client.
     #[error(transparent)]
     Risk(#[from] RiskClientError),
@@ -308,14 +311,14 @@ impl Service {
         let risk = RiskClient::new(config.risk_url.clone(), &policies.risk, config.seed)?;
         let broker = Broker::connect(&config.broker, &store).await?;
         let publisher =
-            BrokerPublisher::new(broker.clone(), &policies.publish, config.seed ^ 0x5eed);
+            BrokerPublisher::new(broker.clone(), &policies.publish, config.seed ^ 0x5eed)?;
         let background =
             Background::start(store.clone(), broker, publisher, Duration::from_millis(50));
         let state = Arc::new(AppState {
             signer,
             risk,
             store: store.clone(),
-            database: Retrier::new(*policies.database.retry())
+            database: Retrier::new(*policies.database.retry())?
                 .with_random(SeededRandom::new(config.seed ^ 0xdb)),
             relay: background.relay_waker(),
             wall: WallClock::system(),

@@ -38,7 +38,8 @@ impl Finisher {
                     .with_backoff(backoff)
                     .with_idempotent(true)
                     .with_min_call(Duration::ZERO),
-            ),
+            )
+            .expect("three attempts with an equal-jitter backoff of 10..=40 ms is a valid policy"),
         }
     }
 

@@ -309,8 +309,8 @@ fn run_kind(
     let backoff = Strategy::Full
         .backoff(cfg.base, cfg.cap)
         .map_err(|e| InvalidParam::new("cap", e.to_string()))?;
-    let policy = RetryPolicy::new(cfg.retries + 1)
-        .with_backoff(backoff)
+    let policy = RetryPolicy::new(cfg.retries + 1).with_backoff(backoff);
+    policy
         .validate()
         .map_err(|e| InvalidParam::new("retries", e.to_string()))?;
     let duration = nanos(cfg.duration);

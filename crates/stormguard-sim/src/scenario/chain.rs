@@ -337,9 +337,10 @@ fn run_mode(
             } else {
                 cfg.retries_of(i)
             };
-            RetryPolicy::new(retries + 1)
-                .with_backoff(backoff)
+            let policy = RetryPolicy::new(retries + 1).with_backoff(backoff);
+            policy
                 .validate()
+                .map(|()| policy)
                 .map_err(|e| InvalidParam::new("retries", e.to_string()))
         })
         .collect::<Result<_, _>>()?;

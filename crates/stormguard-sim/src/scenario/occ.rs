@@ -182,8 +182,8 @@ pub fn run(cfg: &OccConfig, progress: &mut dyn Progress) -> Result<OccReport, In
             let backoff = strategy
                 .backoff(cfg.base, cfg.cap)
                 .map_err(|e| InvalidParam::new("cap", e.to_string()))?;
-            let policy = RetryPolicy::new(u32::MAX)
-                .with_backoff(backoff)
+            let policy = RetryPolicy::new(u32::MAX).with_backoff(backoff);
+            policy
                 .validate()
                 .map_err(|e| InvalidParam::new("strategy", e.to_string()))?;
             let mut rng = rng::stream(

@@ -209,8 +209,8 @@ fn run_strategy(
     let backoff = strategy
         .backoff(cfg.base, cfg.cap)
         .map_err(|e| InvalidParam::new("cap", e.to_string()))?;
-    let policy = RetryPolicy::new(cfg.retries + 1)
-        .with_backoff(backoff)
+    let policy = RetryPolicy::new(cfg.retries + 1).with_backoff(backoff);
+    policy
         .validate()
         .map_err(|e| InvalidParam::new("retries", e.to_string()))?;
     let chunks = cfg.clients.div_ceil(CHUNK);

@@ -19,12 +19,18 @@
 //!
 //! A changed retry policy, timeouts, hedging or propagation takes effect for the next call;
 //! a call in flight finishes on the policy it started with.
+//!
+//! A time window's edge is a swap like any other: the endpoint is rebuilt from the policy in
+//! force after the edge, and each state object is carried over by the same rule (a window that
+//! changes only timeouts keeps the breaker, budget and window; one that changes the budget
+//! starts a fresh one at its start, and another at its end).
 
 use std::sync::Arc;
 
 use stormguard::breaker::CircuitBreaker;
 use stormguard::budget::{RetryBudget, Unlimited};
 use stormguard::clock::Clock;
+use stormguard::deadline::WallClock;
 use stormguard::health::{HealthConfig, HealthWindow};
 use stormguard::hedge::{HedgeDelay, HedgePolicy, Hedger};
 use stormguard::policy::{EndpointPolicy, HedgeDelaySpec, PolicyError};
@@ -58,6 +64,8 @@ pub(crate) struct Endpoint<O> {
 /// What every endpoint of one stack is built with.
 pub(crate) struct Builder<O> {
     pub(crate) clock: Clock,
+    /// The wall clock that time windows are read on.
+    pub(crate) wall: WallClock,
     pub(crate) observer: Arc<O>,
     pub(crate) seed: Option<u64>,
     /// The budget of endpoints whose policy names none (a layer's shared budget).
@@ -74,7 +82,7 @@ impl<O: Observer> Builder<O> {
         previous: Option<&Endpoint<O>>,
         index: u64,
     ) -> Result<Endpoint<O>, PolicyError> {
-        let policy = policy.validate()?;
+        policy.validate()?;
         let budget = match (previous, policy.budget()) {
             (Some(old), spec) if old.policy.budget() == spec => Arc::clone(&old.budget),
             (_, Some(spec)) => spec.build(self.clock.clone())?,
@@ -137,6 +145,7 @@ impl<O: Observer> Builder<O> {
             None => SeededRandom::from_entropy(),
         };
         let retrier = Retrier::new(*policy.retry())
+            .map_err(|e| invalid("retry", e))?
             .with_budget(Arc::clone(&budget))
             .with_random(random)
             .with_gate(breaker.clone());
@@ -158,10 +167,9 @@ impl<O: Observer> Builder<O> {
                 };
                 let hedge = HedgePolicy::new(spec.max_attempts, delay)
                     .with_min_call(policy.retry().min_call())
-                    .with_idempotent(policy.retry().idempotent())
-                    .validate()
-                    .map_err(|e| invalid("hedge", e))?;
-                Some(Hedger::new(hedge).with_budget(Arc::clone(&budget)))
+                    .with_idempotent(policy.retry().idempotent());
+                let hedger = Hedger::new(hedge).map_err(|e| invalid("hedge", e))?;
+                Some(hedger.with_budget(Arc::clone(&budget)))
             }
         };
         Ok(Endpoint {

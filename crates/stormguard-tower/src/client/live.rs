@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use http::Method;
@@ -48,8 +49,13 @@ pub(crate) struct Table<O> {
     routes: Vec<(RoutePattern, Arc<Endpoint<O>>)>,
     default: Arc<Endpoint<O>>,
     by_name: BTreeMap<String, Arc<Endpoint<O>>>,
+    /// The policies as configured (windows included), not as in force now.
     file: PolicyFile,
+    /// What the table was built from, to build it again at a window edge.
+    source: Source,
     version: u64,
+    /// The next time-window edge of any endpoint, after which the table is built again.
+    pub(crate) next_edge: Option<SystemTime>,
 }
 
 impl<O> Table<O> {
@@ -117,7 +123,8 @@ impl<O: Observer> Policies<O> {
             Source::Single(name, _) => Some(name.clone()),
             Source::Routes(_) => None,
         };
-        let table = build_table(&builder, &source, None)?;
+        let now = builder.wall.now();
+        let table = build_table(&builder, &source, None, now)?;
         let status = StatusCell::new(table.version);
         Ok(Policies {
             inner: Arc::new(LiveInner {
@@ -176,9 +183,45 @@ impl<O: Observer> Policies<O> {
             }
         };
         let old = self.inner.table.load_full();
-        let table = build_table(&self.inner.builder, &source, Some(&old))?;
+        let now = self.inner.builder.wall.now();
+        let table = build_table(&self.inner.builder, &source, Some(&old), now)?;
         self.inner.table.store(Arc::new(table));
         Ok(())
+    }
+
+    /// Builds the table again from the same policies when a time-window edge has passed by
+    /// `now`: the policies in force change, the configured ones (and the version) do not.
+    /// The first call after an edge does this; calls that see the edge while it is being
+    /// done wait for it (once per edge).
+    pub(crate) fn follow_windows(&self, now: SystemTime) {
+        let _one_at_a_time = self
+            .inner
+            .swapping
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = self.inner.table.load_full();
+        if old.next_edge.is_none_or(|edge| edge > now) {
+            return; // another call followed this edge already
+        }
+        match build_table(&self.inner.builder, &old.source, Some(&old), now) {
+            Ok(table) => {
+                #[cfg(feature = "tracing")]
+                tracing::info!(
+                    next_edge = ?table.next_edge,
+                    "stormguard policies: a time window started or ended"
+                );
+                self.inner.table.store(Arc::new(table));
+            }
+            // The policies were valid when swapped in and a window's policy is checked with
+            // them, so this cannot fail; if it did, keep calling by the policies in use and
+            // stop following windows rather than fail calls.
+            Err(error) => {
+                self.inner.status.failed(&error);
+                let mut kept = Table::clone_of(&old);
+                kept.next_edge = None;
+                self.inner.table.store(Arc::new(kept));
+            }
+        }
     }
 
     /// The policies in use, as a file.
@@ -198,19 +241,55 @@ impl<O: Observer> Policies<O> {
     }
 }
 
+impl<O> Table<O> {
+    fn clone_of(table: &Table<O>) -> Table<O> {
+        Table {
+            routes: table.routes.clone(),
+            default: Arc::clone(&table.default),
+            by_name: table.by_name.clone(),
+            file: table.file.clone(),
+            source: table.source.clone(),
+            version: table.version,
+            next_edge: table.next_edge,
+        }
+    }
+}
+
+/// Builds every endpoint of `source` by the policy in force at `now` (a time window's, or
+/// its own), reusing the state of `previous` where its configuration is unchanged.
 fn build_table<O: Observer>(
     builder: &Builder<O>,
     source: &Source,
     previous: Option<&Table<O>>,
+    now: SystemTime,
 ) -> Result<Table<O>, InvalidPolicies> {
     let endpoints = source.endpoints();
     let mut by_name = BTreeMap::new();
+    let mut configured = BTreeMap::new();
     let mut routes = Vec::new();
     let mut default = None;
+    let mut next_edge: Option<SystemTime> = None;
     for (index, (name, policy)) in endpoints.into_iter().enumerate() {
         let old = previous.and_then(|t| t.by_name.get(&name)).map(Arc::as_ref);
+        let in_force = policy.in_force_at(now);
+        if let Some(until) = in_force.until {
+            next_edge = Some(next_edge.map_or(until, |edge| edge.min(until)));
+        }
+        let in_force = in_force.policy.clone();
+        // The builder checks the policy in force; one with windows is checked as configured
+        // too (a window's rules are about the policy it belongs to).
+        if !policy.windows().is_empty() {
+            policy
+                .clone()
+                .validate()
+                .map_err(|source| InvalidPolicies::Policy {
+                    name: name.clone(),
+                    source,
+                })?;
+        }
+        configured.insert(name.clone(), policy);
         let endpoint = builder
-            .build(&name, policy, old, index as u64)
+            .build(&name, in_force, old, index as u64)
             .map_err(|source| InvalidPolicies::Policy {
                 name: name.clone(),
                 source,
@@ -237,6 +316,7 @@ fn build_table<O: Observer>(
                 .and_then(|t| t.by_name.get(DEFAULT_ROUTE))
                 .map(Arc::as_ref);
             let policy = EndpointPolicy::new(RetryPolicy::new(1));
+            configured.insert(DEFAULT_ROUTE.to_owned(), policy.clone());
             Arc::new(
                 builder
                     .build(DEFAULT_ROUTE, policy, old, u64::MAX)
@@ -247,19 +327,16 @@ fn build_table<O: Observer>(
             )
         }
     };
-    let file = PolicyFile::new(
-        by_name
-            .iter()
-            .map(|(name, e)| (name.clone(), e.policy.clone()))
-            .collect(),
-    );
+    let file = PolicyFile::new(configured);
     let version = fnv1a(file.to_toml().as_bytes()) >> 16;
     Ok(Table {
         routes,
         default,
         by_name,
         file,
+        source: source.clone(),
         version,
+        next_edge,
     })
 }
 

@@ -33,7 +33,11 @@
 //!
 //! The policies are live ([`ClientLayer::policies`]): a swap takes effect for the next call,
 //! keeps each endpoint's budget, breaker and throttle when their configuration is unchanged,
-//! and never mixes two policies within one call.
+//! and never mixes two policies within one call. An endpoint's time windows
+//! ([`stormguard::policy::Schedule`]) switch its policy at each window edge by themselves,
+//! with no reload: the first call after an edge (read on the stack's wall clock,
+//! [`ClientLayerBuilder::with_wall_clock`]) swaps in the policy in force, by the same rules of
+//! what survives as a swap.
 //!
 //! # Example
 //!
@@ -144,9 +148,22 @@ pub(crate) struct Shared<O> {
 }
 
 impl<O> Shared<O> {
-    /// The endpoint a request follows, from the policies in use now (one atomic load).
-    pub(crate) fn endpoint(&self, method: &http::Method, path: &str) -> Arc<endpoint::Endpoint<O>> {
-        let table = self.policies.inner.table.load();
+    /// The endpoint a request follows, from the policies in use now (one atomic load; and,
+    /// only when some endpoint has time windows, one read of the wall clock to see whether
+    /// the next window edge has passed).
+    pub(crate) fn endpoint(&self, method: &http::Method, path: &str) -> Arc<endpoint::Endpoint<O>>
+    where
+        O: Observer,
+    {
+        let mut table = self.policies.inner.table.load();
+        if let Some(edge) = table.next_edge {
+            let now = self.options.wall.now();
+            if now >= edge {
+                drop(table);
+                self.policies.follow_windows(now);
+                table = self.policies.inner.table.load();
+            }
+        }
         Arc::clone(table.pick(method, path))
     }
 }
@@ -356,6 +373,7 @@ impl<O: Observer> ClientLayerBuilder<O> {
     pub fn build(self) -> Result<ClientLayer<O>, InvalidPolicies> {
         let builder = Builder {
             clock: self.clock,
+            wall: self.options.wall.clone(),
             observer: Arc::clone(&self.observer),
             seed: self.seed,
             fallback_budget: self.budget,

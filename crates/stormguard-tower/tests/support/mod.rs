@@ -53,8 +53,6 @@ where
 pub(crate) fn quick(attempts: u32) -> RetryPolicy {
     RetryPolicy::new(attempts)
         .with_backoff(Backoff::fixed(Duration::from_millis(1)).with_jitter(Jitter::None))
-        .validate()
-        .expect("valid policy")
 }
 
 /// A body of `Bytes`.

@@ -158,7 +158,7 @@ impl FaultConfig {
     ///
     /// The first rule broken: a rate outside `0.0..=1.0` (NaN included), an invalid
     /// [`Latency`], or an [`Abort::Status`] outside 400..=599.
-    pub fn validate(self) -> Result<Self, InvalidFault> {
+    pub fn validate(&self) -> Result<(), InvalidFault> {
         rate_ppm("latency", self.latency_rate)?;
         rate_ppm("abort", self.abort_rate)?;
         self.latency.validate()?;
@@ -167,7 +167,7 @@ impl FaultConfig {
                 return Err(InvalidFault::Status(status));
             }
         }
-        Ok(self)
+        Ok(())
     }
 }
 
@@ -239,7 +239,7 @@ impl FaultInjector {
     ///
     /// [`InvalidFault`] when [`FaultConfig::validate`] refuses `config`.
     pub fn new(config: FaultConfig) -> Result<Self, InvalidFault> {
-        let config = config.validate()?;
+        config.validate()?;
         Ok(FaultInjector {
             enabled: AtomicBool::new(config.enabled),
             latency_ppm: AtomicU32::new(rate_ppm("latency", config.latency_rate)?),

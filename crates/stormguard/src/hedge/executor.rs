@@ -10,7 +10,7 @@ use tokio::time::{Instant, Sleep, sleep_until};
 
 use super::classify::HedgeClassifier;
 use super::observe::{HedgeObserver, HedgeStop, HedgingStopped};
-use super::policy::{HedgePolicy, MAX_ATTEMPTS};
+use super::policy::{HedgePolicy, InvalidHedge, MAX_ATTEMPTS};
 use crate::budget::{RequestGuard, RetryBudget, RetryGuard, Unlimited, Withdrawal};
 use crate::classify::{Outcome, Pushback};
 use crate::retry::Attempt;
@@ -145,10 +145,8 @@ impl<E: std::error::Error + 'static> std::error::Error for HedgeError<E> {
 ///
 /// let ms = Duration::from_millis;
 /// let policy = HedgePolicy::new(2, HedgeDelay::Fixed(ms(20)))
-///     .with_idempotent(true)
-///     .validate()
-///     .unwrap();
-/// let hedger = Hedger::new(policy);
+///     .with_idempotent(true);
+/// let hedger = Hedger::new(policy).unwrap();
 /// let start = tokio::time::Instant::now();
 /// // The original attempt is stuck for a second; the hedge answers in 10 ms.
 /// let answer = hedger
@@ -174,13 +172,19 @@ pub struct Hedger<B = Unlimited, O = ()> {
 }
 
 impl Hedger {
-    /// A hedger with no budget and no observer.
-    pub fn new(policy: HedgePolicy) -> Self {
-        Hedger {
+    /// A hedger by `policy`, checked here: a policy that breaks a rule never runs. No budget
+    /// and no observer until the `with_*` methods add them.
+    ///
+    /// # Errors
+    ///
+    /// The [`InvalidHedge`] that [`HedgePolicy::validate`] finds.
+    pub fn new(policy: HedgePolicy) -> Result<Self, InvalidHedge> {
+        policy.validate()?;
+        Ok(Hedger {
             policy,
             budget: Unlimited,
             observer: (),
-        }
+        })
     }
 }
 

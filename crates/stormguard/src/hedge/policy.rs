@@ -124,7 +124,8 @@ pub enum InvalidHedge {
 /// use std::time::Duration;
 /// use stormguard::hedge::{HedgeDelay, HedgePolicy, InvalidHedge};
 ///
-/// let policy = HedgePolicy::new(7, HedgeDelay::Fixed(Duration::from_millis(20))).validate()?;
+/// let policy = HedgePolicy::new(7, HedgeDelay::Fixed(Duration::from_millis(20)));
+/// policy.validate()?;
 /// assert_eq!(policy.max_attempts(), 5, "A6 caps maxAttempts at 5");
 /// assert_eq!(HedgePolicy::new(1, HedgeDelay::Fixed(Duration::ZERO)).validate().unwrap_err(),
 ///            InvalidHedge::MaxAttempts(1));
@@ -168,11 +169,11 @@ impl HedgePolicy {
     /// # Errors
     ///
     /// [`InvalidHedge::MaxAttempts`] for fewer than 2 attempts.
-    pub fn validate(self) -> Result<Self, InvalidHedge> {
+    pub fn validate(&self) -> Result<(), InvalidHedge> {
         if self.max_attempts < 2 {
             return Err(InvalidHedge::MaxAttempts(self.max_attempts));
         }
-        Ok(self)
+        Ok(())
     }
 
     /// Attempts in all, the original included, capped at [`MAX_ATTEMPTS`].

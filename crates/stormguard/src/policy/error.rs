@@ -160,6 +160,11 @@ impl FieldPath {
         }
     }
 
+    /// Element `index` of the list at this path: `windows[0]`.
+    pub(crate) fn index(&self, index: usize) -> FieldPath {
+        FieldPath(format!("{}[{index}]", self.0))
+    }
+
     pub(crate) fn invalid(&self, rule: impl fmt::Display) -> PolicyError {
         PolicyError::Invalid {
             field: self.0.clone(),

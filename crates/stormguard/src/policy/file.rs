@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::limits::MAX_NAME_BYTES;
+use super::overrides::{RawWindow, object};
 use super::{
     BudgetSpec, EndpointPolicy, Fallback, FieldPath, HedgeDelaySpec, HedgeSpec, PolicyError,
     PolicyFile, Propagation, PropagationHeaders,
@@ -108,6 +109,8 @@ pub(super) struct RawEndpoint {
     deadline: RawDeadline,
     #[serde(default)]
     fallback: Fallback,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    windows: Vec<RawWindow>,
 }
 
 /// When an in-doubt failure (timeout or reset after sending) may be retried.
@@ -366,7 +369,15 @@ impl TryFrom<RawEndpoint> for EndpointPolicy {
 
 impl RawEndpoint {
     /// The policy this raw endpoint describes, checked; `at` names it in errors.
-    fn into_policy(self, at: &FieldPath) -> Result<EndpointPolicy, PolicyError> {
+    pub(super) fn into_policy(mut self, at: &FieldPath) -> Result<EndpointPolicy, PolicyError> {
+        let raw_windows = std::mem::take(&mut self.windows);
+        let mut windows = Vec::with_capacity(raw_windows.len());
+        if !raw_windows.is_empty() {
+            let base = object(&self);
+            for (index, raw) in raw_windows.into_iter().enumerate() {
+                windows.push(raw.into_window(&base, &at.field("windows").index(index))?);
+            }
+        }
         let retry_at = at.field("retry");
         if let (Some(retry), Some(_)) = (&self.retry, &self.hedge) {
             if retry.max_attempts > 1 {
@@ -432,6 +443,7 @@ impl RawEndpoint {
                 headers: PropagationHeaders(headers),
             },
             fallback: self.fallback,
+            windows,
         };
         super::rules::check(&policy, at)?;
         Ok(policy)
@@ -467,10 +479,9 @@ impl RawBackoff {
             BackoffKind::Envoy => Backoff::envoy(self.base, self.cap).with_jitter(jitter),
             BackoffKind::Decorrelated => Backoff::decorrelated(self.base, self.cap),
         };
-        backoff
-            .with_cap(self.cap)
-            .validate()
-            .map_err(|e| at.invalid(e))
+        let backoff = backoff.with_cap(self.cap);
+        backoff.validate().map_err(|e| at.invalid(e))?;
+        Ok(backoff)
     }
 }
 
@@ -624,9 +635,10 @@ impl From<BreakerConfig> for RawBreaker {
 }
 
 impl From<EndpointPolicy> for RawEndpoint {
-    fn from(policy: EndpointPolicy) -> Self {
+    fn from(mut policy: EndpointPolicy) -> Self {
+        let windows = std::mem::take(&mut policy.windows);
         let retry = policy.retry;
-        RawEndpoint {
+        let mut raw = RawEndpoint {
             idempotency: if retry.idempotent() {
                 Idempotency::Idempotent
             } else {
@@ -662,6 +674,15 @@ impl From<EndpointPolicy> for RawEndpoint {
                     .collect(),
             },
             fallback: policy.fallback,
+            windows: Vec::new(),
+        };
+        if !windows.is_empty() {
+            let base = object(&raw);
+            raw.windows = windows
+                .into_iter()
+                .map(|window| RawWindow::from_window(window, &base))
+                .collect();
         }
+        raw
     }
 }

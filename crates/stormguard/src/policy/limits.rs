@@ -56,6 +56,12 @@ pub const MAX_MINIMUM_THROUGHPUT: u32 = 1_000_000;
 /// acts only when more than nine in ten requests fail, and beyond that it never acts.
 pub const MAX_THROTTLE_K: f64 = 10.0;
 
+/// The most time windows one endpoint may have.
+///
+/// Windows may not overlap, so a day holds only so many; one per hour of the day is already
+/// a schedule that belongs in a policy center's rules, not in one endpoint's file.
+pub const MAX_WINDOWS: usize = 24;
+
 /// The longest endpoint name, in bytes: a route pattern such as `"POST /v1/payments/*"`.
 pub const MAX_NAME_BYTES: usize = 1024;
 

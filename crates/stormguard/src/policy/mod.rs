@@ -39,13 +39,35 @@
 //! ([`limits`] says which and why), fields are checked against each other (`min_call` below
 //! `overall`), and what is legal but probably not meant is reported by
 //! [`PolicyFile::warnings`] (attempts the per-try timeouts leave no room for).
+//!
+//! # Time windows
+//!
+//! A policy can change on a daily schedule: the seeds' payment callback needs a looser
+//! timeout from 03:00 to 04:00 Shanghai time, while its bank runs maintenance.
+//!
+//! ```toml
+//! [[endpoints."POST /pay".windows]]
+//! start = "03:00"
+//! end = "04:00"
+//! time_zone = "Asia/Shanghai"
+//! overrides = { timeouts = { per_try = "2s", overall = "5s" } }
+//! ```
+//!
+//! The policy in force during a window is the endpoint's with the overrides merged in, and is
+//! validated by every rule above when the file is read. [`EndpointPolicy::in_force_at`] says
+//! which policy is in force at an instant and until when; the live client stack of
+//! `stormguard-tower` switches at each edge by itself, without a reload. How edges fall on
+//! the days clocks change (a skipped or a repeated hour) is told at [`Schedule`]: an edge is
+//! the first instant the zone's clock reads its time or later.
 
 mod budget;
 mod error;
 mod file;
 pub mod limits;
+mod overrides;
 mod rules;
 mod text;
+mod window;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -62,6 +84,7 @@ use crate::throttle::ThrottleConfig;
 pub use budget::BudgetSpec;
 pub(crate) use error::FieldPath;
 pub use error::{Location, PolicyError, PolicyWarning};
+pub use window::{InForce, PolicyWindow, Schedule};
 
 /// How to call one endpoint: the whole client stack's configuration, validated.
 ///
@@ -84,8 +107,8 @@ pub use error::{Location, PolicyError, PolicyWarning};
 /// )
 /// .with_overall_timeout(Duration::from_secs(1))
 /// .with_budget(BudgetSpec::Grpc { max_tokens: 10, token_ratio: 0.1 })
-/// .with_breaker(BreakerConfig::new(HealthConfig::count(20)).with_minimum_throughput(10))
-/// .validate()?;
+/// .with_breaker(BreakerConfig::new(HealthConfig::count(20)).with_minimum_throughput(10));
+/// policy.validate()?;
 /// assert_eq!(policy.retry().max_attempts(), 3);
 /// # Ok::<(), stormguard::policy::PolicyError>(())
 /// ```
@@ -101,6 +124,7 @@ pub struct EndpointPolicy {
     throttle: Option<ThrottleConfig>,
     propagation: Propagation,
     fallback: Fallback,
+    windows: Vec<PolicyWindow>,
 }
 
 /// Hedging instead of retrying: how many copies of a slow request, sent how far apart.
@@ -187,6 +211,7 @@ impl EndpointPolicy {
                 headers: PropagationHeaders(DeadlineHeaders::only(DeadlineHeader::GrpcTimeout)),
             },
             fallback: Fallback::OnGiveUp,
+            windows: Vec::new(),
         }
     }
 
@@ -248,9 +273,8 @@ impl EndpointPolicy {
     }
 
     /// Checks every field and the rules between them; the error names the first broken one.
-    pub fn validate(self) -> Result<Self, PolicyError> {
-        rules::check(&self, &FieldPath::root(""))?;
-        Ok(self)
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        rules::check(self, &FieldPath::root(""))
     }
 
     /// What is legal but probably not meant: attempts that can never run because the
@@ -260,6 +284,15 @@ impl EndpointPolicy {
     }
 
     fn warnings_at(&self, at: &FieldPath) -> Vec<PolicyWarning> {
+        let mut warnings = self.own_warnings(at);
+        for (index, window) in self.windows.iter().enumerate() {
+            let window_at = at.field("windows").index(index).field("overrides");
+            warnings.extend(window.policy.own_warnings(&window_at));
+        }
+        warnings
+    }
+
+    fn own_warnings(&self, at: &FieldPath) -> Vec<PolicyWarning> {
         let retry = &self.retry;
         let (Some(per_try), Some(overall)) = (retry.per_try_timeout(), self.overall_timeout) else {
             return Vec::new();
@@ -427,3 +460,5 @@ mod tests;
 mod tests_bad_input;
 #[cfg(test)]
 mod tests_props;
+#[cfg(test)]
+mod tests_windows;

@@ -91,7 +91,7 @@ pub(super) fn check(policy: &EndpointPolicy, at: &FieldPath) -> Result<(), Polic
             .field("reserve")
             .invalid("keeps all the remaining time: no call would ever be sent"));
     }
-    Ok(())
+    super::window::check(policy, at)
 }
 
 /// A core configuration error, named by the policy file's field names.

@@ -85,6 +85,7 @@ fn endpoint() -> impl Strategy<Value = EndpointPolicy> {
             Just(Fallback::OnGiveUp),
             Just(Fallback::Always)
         ],
+        window(),
     )
         .prop_filter_map(
             "valid policies only",
@@ -95,6 +96,7 @@ fn endpoint() -> impl Strategy<Value = EndpointPolicy> {
                 breaker,
                 throttle,
                 fallback,
+                window,
             )| {
                 let mut retry = crate::retry::RetryPolicy::new(attempts)
                     .with_backoff(backoff)
@@ -116,9 +118,45 @@ fn endpoint() -> impl Strategy<Value = EndpointPolicy> {
                 if let Some(throttle) = throttle {
                     policy = policy.with_throttle(throttle);
                 }
-                policy.validate().ok()
+                if let Some((schedule, attempts)) = window {
+                    let r = policy.retry();
+                    let mut during_retry = crate::retry::RetryPolicy::new(attempts)
+                        .with_backoff(*r.backoff())
+                        .with_min_call(r.min_call())
+                        .with_idempotent(r.idempotent());
+                    if let Some(per_try) = r.per_try_timeout() {
+                        during_retry = during_retry.with_per_try_timeout(per_try);
+                    }
+                    let during = policy.clone().with_retry(during_retry);
+                    policy = policy.with_window(schedule, during);
+                }
+                policy.validate().ok().map(|()| policy)
             },
         )
+}
+
+/// A daily window in one of a few zones (one with DST, one without, UTC), and the attempts
+/// in force during it.
+fn window() -> impl Strategy<Value = Option<(Schedule, u32)>> {
+    proptest::option::of(
+        (0u32..1440, 1u32..1440, 0usize..3, 0u32..60, 1u32..=10).prop_map(
+            |(start, length, zone, second, attempts)| {
+                let clock = |minutes: u32, second: u32| {
+                    let (h, m) = ((minutes / 60) % 24, minutes % 60);
+                    if second == 0 {
+                        format!("{h:02}:{m:02}")
+                    } else {
+                        format!("{h:02}:{m:02}:{second:02}")
+                    }
+                };
+                let zone = ["Asia/Shanghai", "America/New_York", "UTC"][zone];
+                let schedule =
+                    Schedule::daily(&clock(start, second), &clock(start + length, 0), zone)
+                        .expect("a valid schedule");
+                (schedule, attempts)
+            },
+        ),
+    )
 }
 
 fn file() -> impl Strategy<Value = PolicyFile> {
@@ -145,7 +183,22 @@ retry = { max_attempts = 3, min_call = "50ms" }
 backoff = { kind = "exponential", base = "100ms", cap = "2s", jitter = "full" }
 budget = { kind = "grpc", max_tokens = 10, token_ratio = 0.1 }
 breaker = { count = 20, failure_ratio = 0.5, minimum_throughput = 10, open = "5s" }
+
+[[endpoints."POST /pay".windows]]
+start = "03:00"
+end = "04:00"
+time_zone = "Asia/Shanghai"
+overrides = { timeouts = { per_try = "900ms", overall = "3s" }, budget = { kind = "aws_standard" } }
 "#;
+
+#[test]
+fn the_good_file_that_the_damage_starts_from_is_good() {
+    let file = PolicyFile::from_toml(GOOD).expect("the good file");
+    assert_eq!(
+        file.endpoint("POST /pay").expect("present").windows().len(),
+        1
+    );
+}
 
 proptest! {
     #[test]

@@ -80,8 +80,9 @@ pub(super) fn parse(
             .strip_prefix(&prefix)
             .unwrap_or_default()
             .split('.')
-            .filter(|s| !s.is_empty());
-        let keys: Vec<&str> = ["endpoints", name.as_str()]
+            .filter(|s| !s.is_empty())
+            .flat_map(Key::parse);
+        let keys: Vec<Key<'_>> = [Key::Name("endpoints"), Key::Name(name.as_str())]
             .into_iter()
             .chain(rest)
             .collect();
@@ -191,8 +192,30 @@ fn path(path: &serde_path_to_error::Path) -> String {
     out
 }
 
+/// One step of a field path: a table's key, or a list's element (`windows[0]`).
+#[derive(Clone, Copy)]
+enum Key<'a> {
+    Name(&'a str),
+    Index(usize),
+}
+
+impl<'a> Key<'a> {
+    /// The steps of one dotted segment: `windows[0]` is `windows`, then element 0.
+    fn parse(segment: &'a str) -> Vec<Key<'a>> {
+        match segment.split_once('[') {
+            Some((name, rest)) => {
+                let index = rest.strip_suffix(']').and_then(|i| i.parse().ok());
+                let mut keys = vec![Key::Name(name)];
+                keys.extend(index.map(Key::Index));
+                keys
+            }
+            None => vec![Key::Name(segment)],
+        }
+    }
+}
+
 /// The byte offset of the deepest of `keys` the TOML text writes.
-fn toml_offset(text: &str, keys: &[&str]) -> usize {
+fn toml_offset(text: &str, keys: &[Key<'_>]) -> usize {
     let Ok(root) = toml::de::DeTable::parse(text) else {
         return 0;
     };
@@ -200,7 +223,11 @@ fn toml_offset(text: &str, keys: &[&str]) -> usize {
     let root = toml::de::DeValue::Table(root.into_inner());
     let mut value = &root;
     for key in keys {
-        let Some(next) = value.get(*key) else { break };
+        let next = match *key {
+            Key::Name(name) => value.get(name),
+            Key::Index(index) => value.get(index),
+        };
+        let Some(next) = next else { break };
         offset = next.span().start;
         value = next.get_ref();
     }
@@ -208,16 +235,21 @@ fn toml_offset(text: &str, keys: &[&str]) -> usize {
 }
 
 /// The byte offset of the deepest of `keys` the JSON text writes.
-fn json_offset(text: &str, keys: &[&str]) -> usize {
+fn json_offset(text: &str, keys: &[Key<'_>]) -> usize {
     let mut offset = 0;
     let mut current = text;
     for key in keys {
-        let Ok(object) =
-            serde_json::from_str::<std::collections::BTreeMap<String, &RawValue>>(current)
-        else {
-            break;
+        let next = match *key {
+            Key::Name(name) => {
+                serde_json::from_str::<std::collections::BTreeMap<String, &RawValue>>(current)
+                    .ok()
+                    .and_then(|object| object.get(name).copied())
+            }
+            Key::Index(index) => serde_json::from_str::<Vec<&RawValue>>(current)
+                .ok()
+                .and_then(|list| list.get(index).copied()),
         };
-        let Some(next) = object.get(*key) else { break };
+        let Some(next) = next else { break };
         current = next.get();
         offset = current.as_ptr() as usize - text.as_ptr() as usize;
     }

@@ -144,8 +144,8 @@ pub enum Decision {
 /// let ms = Duration::from_millis;
 /// let policy = RetryPolicy::new(5)
 ///     .with_backoff(Backoff::exponential(ms(20)).with_cap(ms(200)).with_jitter(Jitter::None))
-///     .with_min_call(ms(60))
-///     .validate()?;
+///     .with_min_call(ms(60));
+/// policy.validate()?;
 /// let budget = TokenBucket::spend_per_retry(10, 0.1)?;
 /// let mut rng = SmallRng::seed_from_u64(1);
 /// let mut run = RetryRun::start(&policy, &budget, false);
@@ -179,6 +179,10 @@ pub struct RetryRun<'a, B: RetryBudget + ?Sized> {
 impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
     /// Starts a logical request whose first attempt is about to be sent. `retry_safe` says
     /// whether an in-doubt failure may be retried (the operation is idempotent or keyed).
+    ///
+    /// This runs once per call, so it does not check `policy` again: an executor checks its
+    /// policy once, when it is made (`Retrier::new` does; so do the
+    /// simulator's scenarios), and hands every run the checked one.
     #[inline]
     pub fn start(policy: &'a RetryPolicy, budget: &'a B, retry_safe: bool) -> Self {
         RetryRun::after_first_attempt(policy, RequestStarted::new(budget), retry_safe)

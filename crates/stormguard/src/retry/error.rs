@@ -37,7 +37,7 @@ impl<E: fmt::Display> fmt::Display for Failure<E> {
 /// use stormguard::classify::Outcome;
 /// use stormguard::retry::{Failure, Retrier, RetryPolicy, StopReason};
 ///
-/// let retrier = Retrier::new(RetryPolicy::new(3));
+/// let retrier = Retrier::new(RetryPolicy::new(3)).unwrap();
 /// let err = retrier
 ///     .run(|_| async { Err::<(), _>("404 not found") }, |_: &Result<(), &str>| Outcome::NeverRetry)
 ///     .await

@@ -11,7 +11,7 @@ use super::decide::{AttemptOutcome, Decision, RequestStarted, RetryRun, StopReas
 use super::error::{Failure, RetryError};
 use super::key::IdempotencyKey;
 use super::observe::RetryObserver;
-use super::policy::RetryPolicy;
+use super::policy::{InvalidPolicy, RetryPolicy};
 use crate::admission::{AttemptGate, AttemptPass, NoGate, Refusal};
 use crate::breaker::{BreakerObserver, CircuitBreaker};
 use crate::budget::{RetryBudget, Unlimited};
@@ -42,7 +42,7 @@ use crate::deadline::{self, Deadline};
 /// use stormguard::retry::{Retrier, RetryPolicy};
 ///
 /// let budget = Arc::new(TokenBucket::grpc(10, 0.1).unwrap());
-/// let retrier = Retrier::new(RetryPolicy::new(3)).with_budget(budget);
+/// let retrier = Retrier::new(RetryPolicy::new(3)).unwrap().with_budget(budget);
 /// let status = retrier
 ///     .run(
 ///         |attempt| async move { Ok::<u16, ()>(if attempt.number < 3 { 503 } else { 200 }) },
@@ -156,15 +156,21 @@ pub struct Report<T, E> {
 }
 
 impl Retrier {
-    /// A retrier with no budget, no observer and entropy-seeded jitter.
-    pub fn new(policy: RetryPolicy) -> Self {
-        Retrier {
+    /// A retrier by `policy`, checked here: a policy that breaks a rule never runs. No budget,
+    /// no observer and entropy-seeded jitter until the `with_*` methods add them.
+    ///
+    /// # Errors
+    ///
+    /// The [`InvalidPolicy`] that [`RetryPolicy::validate`] finds.
+    pub fn new(policy: RetryPolicy) -> Result<Self, InvalidPolicy> {
+        policy.validate()?;
+        Ok(Retrier {
             policy,
             budget: Unlimited,
             observer: (),
             random: SeededRandom::from_entropy(),
             gate: NoGate,
-        }
+        })
     }
 }
 
@@ -225,7 +231,7 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
     ///
     /// let config = BreakerConfig::new(HealthConfig::count(4)).with_minimum_throughput(4);
     /// let breaker = Arc::new(CircuitBreaker::new(config, Clock::tokio()).unwrap());
-    /// let retrier = Retrier::new(RetryPolicy::new(10)).with_breaker(Arc::clone(&breaker));
+    /// let retrier = Retrier::new(RetryPolicy::new(10)).unwrap().with_breaker(Arc::clone(&breaker));
     /// let always_503 = |_: &Result<(), ()>| Outcome::Retryable;
     ///
     /// // Four failed attempts open the breaker; the fifth is never sent.

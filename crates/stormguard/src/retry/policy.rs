@@ -22,8 +22,8 @@ use crate::backoff::{Backoff, InvalidBackoff};
 ///
 /// let policy = RetryPolicy::new(5)
 ///     .with_backoff(Backoff::exponential(Duration::from_millis(20)).with_cap(Duration::from_millis(200)))
-///     .with_min_call(Duration::from_millis(60))
-///     .validate()?;
+///     .with_min_call(Duration::from_millis(60));
+/// policy.validate()?;
 /// assert_eq!(policy.max_attempts(), 5);
 /// # Ok::<(), stormguard::retry::InvalidPolicy>(())
 /// ```
@@ -90,7 +90,7 @@ impl RetryPolicy {
     }
 
     /// Checks every field; see [`InvalidPolicy`].
-    pub fn validate(self) -> Result<Self, InvalidPolicy> {
+    pub fn validate(&self) -> Result<(), InvalidPolicy> {
         if self.max_attempts == 0 {
             return Err(InvalidPolicy::MaxAttempts);
         }
@@ -98,7 +98,7 @@ impl RetryPolicy {
             return Err(InvalidPolicy::ZeroPerTryTimeout);
         }
         self.backoff.validate()?;
-        Ok(self)
+        Ok(())
     }
 
     /// Attempts in all, the first included.

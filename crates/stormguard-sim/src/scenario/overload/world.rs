@@ -114,7 +114,8 @@ pub(super) fn run_protection(
         .with_backoff(backoff)
         .with_per_try_timeout(cfg.timeout)
         .with_min_call(min_call)
-        .with_idempotent(true)
+        .with_idempotent(true);
+    policy
         .validate()
         .map_err(|e| InvalidParam::new("timeout", e.to_string()))?;
     let run_ns = nanos(cfg.duration);
