@@ -106,7 +106,11 @@ async fn settle() {
 
 /// A plain tonic client: no retries, no deadline.
 fn raw_client(uri: &str) -> RelayClient<Channel> {
-    RelayClient::new(Endpoint::from_shared(uri.to_owned()).unwrap().connect_lazy())
+    RelayClient::new(
+        Endpoint::from_shared(uri.to_owned())
+            .unwrap()
+            .connect_lazy(),
+    )
 }
 
 /// The stack hands each attempt on as a `ReplayBody`; a tonic channel takes tonic's body.
@@ -186,7 +190,11 @@ async fn our_client_waits_out_the_pushback_before_retrying() {
         hold.within(settle()).await;
         steps += 1;
     }
-    let reply = hold.within(call).await.unwrap().expect("the retry is served");
+    let reply = hold
+        .within(call)
+        .await
+        .unwrap()
+        .expect("the retry is served");
     assert_eq!(reply.into_inner().hop, "gated");
     // Arrivals at the server: the busy call, the shed attempt, the retry. The policy's
     // backoff is 1 ms; the pushback said 250 ms.
