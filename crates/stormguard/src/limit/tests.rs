@@ -132,3 +132,35 @@ fn aimd_backs_off_on_drops_and_grows_while_used() {
 
 // How the algorithms follow a handler that gets twice slower, on a simulated server under
 // the virtual (manual) clock: `stormguard-sim`'s `converge` scenario and its tests.
+
+#[test]
+fn a_window_adds_up_the_samples_of_every_releasing_thread() {
+    let (manual, l) = limiter(LimiterConfig::new(Aimd::new().with_limits(30, 30, 30)));
+    let clock = manual.clock();
+    let mut tickets: Vec<_> = (0..21)
+        .map(|_| l.try_acquire(0, clock.now()).expect("room"))
+        .collect();
+    let start = clock.now();
+    let release_on_a_thread = |tickets: Vec<Ticket>, after: Duration| {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for t in tickets {
+                    l.release(t, start + after, Outcome::Success);
+                }
+            });
+        });
+    };
+    release_on_a_thread(tickets.drain(..10).collect(), Duration::from_millis(10));
+    release_on_a_thread(tickets.drain(..10).collect(), Duration::from_millis(30));
+    assert_eq!(l.expected_rtt(), None, "the window is still open");
+    manual.advance(Duration::from_millis(200));
+    for t in tickets {
+        l.release(t, clock.now(), Outcome::Success);
+    }
+    // (10 × 10 ms + 10 × 30 ms + 200 ms) / 21, from three threads' shards.
+    assert_eq!(
+        l.expected_rtt(),
+        Some(Duration::from_nanos(600_000_000 / 21))
+    );
+    assert_eq!(l.in_flight(), 0);
+}
