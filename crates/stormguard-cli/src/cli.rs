@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use stormguard_sim::budgets::{BudgetKind, BudgetParams};
 use stormguard_sim::scenario::budget::{BudgetConfig, FailurePattern};
 use stormguard_sim::scenario::chain::{ChainConfig, ChainMode};
+use stormguard_sim::scenario::converge::ConvergeConfig;
 use stormguard_sim::scenario::occ::OccConfig;
 use stormguard_sim::scenario::overload::{LimitKind, OverloadConfig, Protection, Trigger};
 use stormguard_sim::scenario::storm::StormConfig;
@@ -64,6 +65,9 @@ pub(crate) enum Scenario {
     /// Clients contending on optimistic concurrency: calls per jitter kind.
     #[command(long_about = help::OCC)]
     Occ(OccArgs),
+    /// A server's handler gets slower mid-run: how fast the adaptive concurrency limit follows.
+    #[command(long_about = help::CONVERGE)]
+    Converge(ConvergeArgs),
 }
 
 /// Output format.
@@ -477,6 +481,62 @@ impl OccArgs {
     }
 }
 
+/// `simulate converge`.
+#[derive(Debug, Args)]
+pub(crate) struct ConvergeArgs {
+    /// Requests the server serves at once.
+    #[arg(long, default_value_t = 4, allow_negative_numbers = true)]
+    workers: u32,
+    /// Work per request before the change.
+    #[arg(long, default_value = "10ms", value_parser = parse::duration, allow_hyphen_values = true)]
+    service: Duration,
+    /// How many times more work per request from the change on.
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
+    slowdown: f64,
+    /// When the handler gets slower.
+    #[arg(long, default_value = "10s", value_parser = parse::duration, allow_hyphen_values = true)]
+    change_at: Duration,
+    /// Offered load, as a multiple of the capacity before the change.
+    #[arg(long, default_value_t = 3.0, allow_negative_numbers = true)]
+    load: f64,
+    /// Callers give up on a request after this long.
+    #[arg(long, default_value = "1s", value_parser = parse::duration, allow_hyphen_values = true)]
+    timeout: Duration,
+    /// Length of the run.
+    #[arg(long, default_value = "30s", value_parser = parse::duration, allow_hyphen_values = true)]
+    duration: Duration,
+    /// Bin width of the time series.
+    #[arg(long, default_value = "100ms", value_parser = parse::duration, allow_hyphen_values = true)]
+    bin: Duration,
+    /// Rows: comma-separated of aimd, vegas, gradient2.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "vegas,gradient2,aimd",
+        value_parser = parse::limit_kind
+    )]
+    limit_algorithm: Vec<LimitKind>,
+    #[command(flatten)]
+    pub(crate) out: Output,
+}
+
+impl ConvergeArgs {
+    pub(crate) fn config(&self) -> ConvergeConfig {
+        ConvergeConfig {
+            workers: self.workers,
+            service: self.service,
+            slowdown: self.slowdown,
+            change_at: self.change_at,
+            load: self.load,
+            timeout: self.timeout,
+            duration: self.duration,
+            bin: self.bin,
+            limits: self.limit_algorithm.clone(),
+            seed: self.out.seed,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -518,5 +578,9 @@ mod tests {
             panic!("occ");
         };
         assert_eq!(a.config(), OccConfig::default());
+        let Scenario::Converge(a) = scenario(&["converge"]) else {
+            panic!("converge");
+        };
+        assert_eq!(a.config(), ConvergeConfig::default());
     }
 }

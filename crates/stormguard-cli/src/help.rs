@@ -22,6 +22,8 @@ are deterministic: the same --seed prints the same bytes.
             jitter + deadline recovers.
   occ       clients contending on optimistic concurrency: calls and completion time per
             jitter kind; full jitter needs less than half the calls of plain exponential.
+  converge  a server's handler gets twice slower mid-run under 3x load: how fast each
+            adaptive concurrency limit follows (limit and in-flight over time).
 
 Output: --format table (default) or json; --plot FILE.svg or FILE.png draws a figure that
 answers the scenario's question (the file is created before the run: a path that cannot be
@@ -145,3 +147,29 @@ needs a few more calls and finishes as fast. Spread retries, do not just delay t
 --plot: writes and time to finish per strategy (bars; lines over several --clients).
 
 JSON keys per row: scenario, strategy, label, parameters, clients, calls, completion_ms.";
+
+/// `stormguard simulate converge --help`.
+pub(crate) const CONVERGE: &str = "\
+A server of --workers workers serves the requests its adaptive concurrency limit admitted
+(the core's Limiter, one row per --limit-algorithm, on the virtual clock), FIFO; each takes
+--service of work, --slowdown times more from --change-at on. Requests arrive as a Poisson
+stream at --load times the first capacity (workers / service), so only the limit decides
+how long the queue gets; over the limit a request is shed on arrival. A request that waited
+longer than --timeout is dropped when a worker reaches it (its caller left), which the
+limiter counts as a drop.
+
+What the figures mean: a CPU-bound server needs about --workers requests in flight whatever
+its speed; an RTT-based limit first takes the doubled round trip for a queue. converged is
+the time from the change until every later bin's mean round-trip time is at most twice the
+new service time (a short queue); goodput is the share of the capacity served before and
+after the change. With the defaults Vegas converges within a second and serves about 99 %
+of the capacity on both sides (its pinned probe of the no-load RTT learns the new service
+time); Gradient2 reacts as fast but its limit drifts up under a queue that never drains;
+AIMD sees only drops, so its limit grows until requests time out.
+
+--plot: one panel per algorithm, the limit and the requests in flight over time, the change
+marked.
+
+JSON keys per row: scenario, strategy (the algorithm), label, parameters, limit_before,
+limit_after, goodput_before, goodput_after, rtt_after_ms, converged_s, shed, timed_out,
+series (t_s, limit, in_flight, goodput, rtt_ms per bin).";

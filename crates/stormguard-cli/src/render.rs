@@ -9,6 +9,7 @@ use comfy_table::{CellAlignment, Table};
 use stormguard::duration::format_duration;
 use stormguard_sim::scenario::budget::BudgetReport;
 use stormguard_sim::scenario::chain::ChainReport;
+use stormguard_sim::scenario::converge::ConvergeReport;
 use stormguard_sim::scenario::occ::OccReport;
 use stormguard_sim::scenario::overload::OverloadReport;
 use stormguard_sim::scenario::storm::StormReport;
@@ -265,6 +266,51 @@ pub(crate) fn occ(r: &OccReport) -> String {
         format_duration(p.base),
         format_duration(p.cap),
         p.runs
+    )
+}
+
+/// The convergence table.
+pub(crate) fn converge(r: &ConvergeReport) -> String {
+    let Some(first) = r.rows.first() else {
+        return String::new();
+    };
+    let p = &first.parameters;
+    let mut t = table(strings([
+        "limit",
+        "limit before",
+        "limit after",
+        "goodput before",
+        "goodput after",
+        "RTT after",
+        "converged",
+        "shed",
+        "timed out",
+    ]));
+    for row in &r.rows {
+        t.add_row(vec![
+            row.label.to_string(),
+            format!("{:.1}", row.limit_before),
+            format!("{:.1}", row.limit_after),
+            percent(row.goodput_before),
+            percent(row.goodput_after),
+            row.rtt_after_ms
+                .map_or_else(|| "-".into(), |ms| format!("{ms:.1} ms")),
+            row.converged_s
+                .map_or_else(|| "never".into(), |s| format!("{s} s")),
+            row.shed.to_string(),
+            row.timed_out.to_string(),
+        ]);
+    }
+    format!(
+        "converge: {} workers, {} of work per request, {}x slower from {}; {}x the first \
+         capacity ({:.0}/s) offered, timeout {}\n{t}\n",
+        p.workers,
+        format_duration(p.service),
+        p.slowdown,
+        format_duration(p.change_at),
+        p.load,
+        p.load * p.capacity_before(),
+        format_duration(p.timeout),
     )
 }
 

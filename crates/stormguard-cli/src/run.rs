@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::Serialize;
 use stormguard_sim::InvalidParam;
-use stormguard_sim::scenario::{budget, chain, occ, overload, storm};
+use stormguard_sim::scenario::{budget, chain, converge, occ, overload, storm};
 
 use crate::bar::Bar;
 use crate::cli::{Cli, Command, Format, Output, Scenario};
@@ -119,6 +119,19 @@ pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
             let plot = open_plot(&a.out)?;
             let r = occ::run(&cfg, &mut Bar::new("occ"))?;
             finish(&a.out, plot, &r.rows, || render::occ(&r), || plot::occ(&r))
+        }
+        Scenario::Converge(a) => {
+            let cfg = a.config();
+            cfg.validate()?;
+            let plot = open_plot(&a.out)?;
+            let r = converge::run(&cfg, &mut Bar::new("converge"))?;
+            finish(
+                &a.out,
+                plot,
+                &r.rows,
+                || render::converge(&r),
+                || plot::converge(&r),
+            )
         }
     }
 }

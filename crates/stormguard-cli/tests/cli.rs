@@ -56,12 +56,13 @@ fn refused_naming_the_flag(cases: &[(&[&str], &str)]) {
 }
 
 /// Small runs of every scenario, for the tests that go through all of them.
-const SMALL: [&[&str]; 5] = [
+const SMALL: [&[&str]; 6] = [
     &["storm"],
     &["chain", "--rate", "200"],
     &["budget", "--duration", "2s", "--failures", "random"],
     &["overload", "--duration", "30s"],
     &["occ", "--clients", "10,20", "--runs", "5"],
+    &["converge", "--duration", "4s", "--change-at", "2s"],
 ];
 
 #[test]
@@ -235,6 +236,12 @@ fn bad_input_names_the_flag_and_exits_2() {
         (&["overload", "--timeout", "0s"], "--timeout"),
         (&["occ", "--runs", "0"], "--runs"),
         (&["occ", "--clients", "0"], "--clients"),
+        (&["converge", "--workers", "0"], "--workers"),
+        (&["converge", "--change-at", "30s"], "--change-at"),
+        (
+            &["converge", "--limit-algorithm", "bbr"],
+            "--limit-algorithm",
+        ),
     ];
     refused_naming_the_flag(cases);
 }
@@ -321,11 +328,11 @@ fn help_explains_every_scenario() {
     assert!(o.status.success());
     let help = stdout(&o);
     for word in [
-        "storm", "chain", "budget", "overload", "occ", "--format", "JSON",
+        "storm", "chain", "budget", "overload", "occ", "converge", "--format", "JSON",
     ] {
         assert!(help.contains(word), "simulate --help lacks {word}");
     }
-    for scenario in ["storm", "chain", "budget", "overload", "occ"] {
+    for scenario in ["storm", "chain", "budget", "overload", "occ", "converge"] {
         let o = simulate(&[scenario, "--help"]);
         assert!(o.status.success());
         let text = stdout(&o);

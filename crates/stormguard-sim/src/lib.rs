@@ -28,6 +28,7 @@
 //! | [`scenario::budget`] | how fast does each budget kind shut retries off when success drops? |
 //! | [`scenario::overload`] | does the system come back after a trigger, with and without protection? |
 //! | [`scenario::occ`] | how many calls do clients contending on optimistic concurrency need? |
+//! | [`scenario::converge`] | how fast does the server's adaptive concurrency limit follow a handler that gets slower? |
 //!
 //! # Engine
 //!

@@ -2,20 +2,31 @@
 //! CPU-bound handler of known capacity, driven at 3x that capacity by a bounded open-loop
 //! load generator whose clients retry a 503 (or a timeout) once, at once, without a budget.
 //!
-//! Three servers, one after the other: unprotected; tower's static `ConcurrencyLimit` (with
-//! `LoadShed`, answering 503) tuned to the worker count; stormguard's `AdaptiveLimitLayer`
-//! (Vegas, behind `DeadlineLayer`). For each: goodput (logical requests answered 200 within
-//! their 1 s timeout, per second) and the p50/p99 latency of the attempts that were served.
+//! First the unloaded latency: one request at a time for two seconds (its p99 is the yardstick).
+//! Then three servers, one after the other: unprotected; tower's static `ConcurrencyLimit`
+//! (with `LoadShed`, answering 503) tuned to the worker count; stormguard's
+//! `AdaptiveLimitLayer` with its defaults (Vegas, behind `DeadlineLayer`). For each: goodput
+//! (logical requests answered 200 within their 1 s timeout, per second, and as a share of the
+//! capacity) and the p50/p99 latency of the admitted attempts (those answered 200), with the
+//! issue's goal checked: goodput at least 90 % of capacity and admitted p99 at most twice the
+//! unloaded p99.
+//!
+//! The handler hands its work to a pool of one CPU thread that spins for 2 ms of wall-clock
+//! time per request, so the capacity (500/s) holds even
+//! when other processes take CPU time; latencies on a shared machine do not, so note the load
+//! beside the figures.
 //!
 //! `cargo run --release -p stormguard-tower --example limit_load [-- seconds]`
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use bytes::Bytes;
@@ -27,10 +38,12 @@ use hyper_util::rt::TokioExecutor;
 use stormguard::limit::LimiterConfig;
 use stormguard_tower::DeadlineLayer;
 use stormguard_tower::limit::AdaptiveLimitLayer;
+use tokio::sync::oneshot;
 use tower::ServiceBuilder;
 
-/// Server worker threads: the handler's parallelism.
-const WORKERS: usize = 2;
+/// Threads of the handler's CPU pool: its parallelism. One, so that the server's I/O thread
+/// and the load generator's thread share the other core of a two-core machine.
+const WORKERS: usize = 1;
 /// CPU work per request.
 const WORK: Duration = Duration::from_millis(2);
 /// The clients' per-attempt timeout (sent as `grpc-timeout`).
@@ -38,20 +51,71 @@ const TIMEOUT: Duration = Duration::from_secs(1);
 /// At most this many requests outstanding in the generator; beyond, arrivals are dropped.
 const MAX_OUTSTANDING: u64 = 4000;
 
-async fn handler() -> &'static str {
+/// The handler's CPU: `WORKERS` threads taking jobs in arrival order, each spinning for
+/// `WORK`, as a server runs CPU-bound work off its I/O threads (which stay free to accept,
+/// parse and shed meanwhile). The queue in front of them is unbounded, as an executor's is;
+/// a job whose request was dropped before a thread took it (its connection closed) is
+/// skipped.
+#[derive(Clone)]
+struct CpuPool {
+    jobs: mpsc::Sender<oneshot::Sender<()>>,
+}
+
+impl CpuPool {
+    /// Starts the threads; they end when the last `CpuPool` is dropped.
+    fn start() -> CpuPool {
+        let (jobs, queue) = mpsc::channel::<oneshot::Sender<()>>();
+        let queue = Arc::new(Mutex::new(queue));
+        for _ in 0..WORKERS {
+            let queue = Arc::clone(&queue);
+            std::thread::spawn(move || {
+                loop {
+                    let job = match queue.lock() {
+                        Ok(queue) => queue.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok(done) = job else { return };
+                    if done.is_closed() {
+                        continue;
+                    }
+                    spin(WORK);
+                    let _ = done.send(());
+                }
+            });
+        }
+        CpuPool { jobs }
+    }
+
+    /// Runs one job on the pool.
+    async fn run(&self) {
+        let (done, finished) = oneshot::channel();
+        if self.jobs.send(done).is_ok() {
+            let _ = finished.await;
+        }
+    }
+}
+
+/// Keeps the CPU busy for `work` of wall-clock time.
+fn spin(work: Duration) {
     let start = Instant::now();
     let mut x = 0u64;
-    while start.elapsed() < WORK {
+    while start.elapsed() < work {
         for i in 0..1000u64 {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
         }
     }
     std::hint::black_box(x);
+}
+
+async fn handler(State(pool): State<CpuPool>) -> &'static str {
+    pool.run().await;
     "done"
 }
 
-fn router(mode: &str) -> Router {
-    let app = Router::new().route("/work", get(handler));
+fn router(mode: &str, layer: &AdaptiveLimitLayer) -> Router {
+    let app = Router::new()
+        .route("/work", get(handler))
+        .with_state(CpuPool::start());
     match mode {
         "none" => app,
         "tower" => app.layer(
@@ -62,20 +126,18 @@ fn router(mode: &str) -> Router {
                 .load_shed()
                 .concurrency_limit(WORKERS),
         ),
-        _ => app
-            .layer(AdaptiveLimitLayer::new(LimiterConfig::default()).expect("valid"))
-            .layer(DeadlineLayer::new()),
+        _ => app.layer(layer.clone()).layer(DeadlineLayer::new()),
     }
 }
 
-/// Serves `mode` on its own runtime of `WORKERS` threads.
-fn serve(mode: &str) -> (SocketAddr, tokio::runtime::Runtime) {
+/// Serves `mode` on its own runtime of one I/O thread, with its own CPU pool.
+fn serve(mode: &str, layer: &AdaptiveLimitLayer) -> (SocketAddr, tokio::runtime::Runtime) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(WORKERS)
+        .worker_threads(1)
         .enable_all()
         .build()
         .expect("server runtime");
-    let app = router(mode);
+    let app = router(mode, layer);
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .expect("bind");
@@ -114,6 +176,29 @@ struct Figures {
     dropped: u64,
 }
 
+/// Latency with no load: one request after the other for `length`.
+async fn one_at_a_time(addr: SocketAddr, length: Duration) -> Figures {
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let mut latencies = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+    let mut good = 0u64;
+    let start = Instant::now();
+    while start.elapsed() < length {
+        if let (Some(StatusCode::OK), took) = attempt(&client, addr).await {
+            good += 1;
+            let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+            let _ = latencies.record(micros.max(1));
+        }
+    }
+    Figures {
+        goodput: good as f64 / length.as_secs_f64(),
+        p50_ms: latencies.value_at_quantile(0.5) as f64 / 1e3,
+        p99_ms: latencies.value_at_quantile(0.99) as f64 / 1e3,
+        shed: 0,
+        timed_out: 0,
+        dropped: 0,
+    }
+}
+
 /// Offers `rate` requests per second for `seconds`; each retries once, at once, after a 503
 /// or a timeout.
 async fn load(addr: SocketAddr, rate: f64, seconds: u64) -> Figures {
@@ -124,7 +209,7 @@ async fn load(addr: SocketAddr, rate: f64, seconds: u64) -> Figures {
     let shed = Arc::new(AtomicU64::new(0));
     let timed_out = Arc::new(AtomicU64::new(0));
     let outstanding = Arc::new(AtomicU64::new(0));
-    let latencies = Arc::new(std::sync::Mutex::new(
+    let latencies = Arc::new(Mutex::new(
         Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram"),
     ));
     let mut dropped = 0;
@@ -189,44 +274,69 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
     let clients = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .enable_all()
         .build()
         .expect("client runtime");
-    // Capacity and unloaded latency: one request at a time, then as many as workers.
-    let (addr, server) = serve("none");
-    let unloaded = clients.block_on(load(addr, 100.0, 2));
+    // Capacity and unloaded latency: one request at a time, then 90 % of capacity.
+    let layer = || AdaptiveLimitLayer::new(LimiterConfig::default()).expect("valid");
+    let (addr, server) = serve("none", &layer());
+    let unloaded = clients.block_on(one_at_a_time(addr, Duration::from_secs(2)));
     let capacity = WORKERS as f64 / WORK.as_secs_f64();
     let saturated = clients.block_on(load(addr, capacity * 0.9, 2));
     drop(server);
     println!(
         "handler: {WORK:?} of CPU on {WORKERS} workers: capacity {capacity:.0}/s; \
-         unloaded (100/s) p50 {:.2} ms p99 {:.2} ms; at 90 % goodput {:.0}/s p99 {:.2} ms",
+         unloaded (one at a time) p50 {:.2} ms p99 {:.2} ms; at 90 % of capacity goodput \
+         {:.0}/s p99 {:.2} ms",
         unloaded.p50_ms, unloaded.p99_ms, saturated.goodput, saturated.p99_ms
     );
     let rate = 3.0 * capacity;
     println!("offered {rate:.0}/s for {seconds} s, clients retry a 503 or a timeout once at once:");
     println!(
-        "server                          goodput/s  %cap  p50 ms   p99 ms   503s  timeouts  dropped"
+        "server                          goodput/s  %cap  p50 ms   p99 ms  p99/unloaded   503s  timeouts  dropped  goal"
     );
     for mode in ["none", "tower", "stormguard"] {
-        let (addr, server) = serve(mode);
+        let limit = layer();
+        let (addr, server) = serve(mode, &limit);
         let f = clients.block_on(load(addr, rate, seconds));
         drop(server);
         let name = match mode {
             "none" => "unprotected",
-            "tower" => "tower ConcurrencyLimit(2)+shed",
+            "tower" => "tower ConcurrencyLimit+LoadShed",
             _ => "stormguard AdaptiveLimit",
         };
+        let share = f.goodput / capacity;
+        let ratio = f.p99_ms / unloaded.p99_ms;
+        let goal = if share >= 0.9 && ratio <= 2.0 {
+            "met"
+        } else {
+            "missed"
+        };
         println!(
-            "{name:<31} {:>9.0} {:>5.0} {:>7.2} {:>8.2} {:>6} {:>9} {:>8}",
+            "{name:<31} {:>9.0} {:>5.0} {:>7.2} {:>8.2} {:>13.2} {:>6} {:>9} {:>8}  {goal}",
             f.goodput,
-            100.0 * f.goodput / capacity,
+            100.0 * share,
             f.p50_ms,
             f.p99_ms,
+            ratio,
             f.shed,
             f.timed_out,
             f.dropped
         );
+        if mode == "stormguard" {
+            let stats = limit.stats();
+            println!(
+                "  the layer: limit {} at the end, admitted {} ({} after queueing), shed {} \
+                 (deadline {}, queue full {}, queue timeout {})",
+                limit.limiter().limit(),
+                stats.admitted,
+                stats.queued,
+                stats.shed(),
+                stats.shed_deadline,
+                stats.shed_queue_full,
+                stats.shed_queue_timeout
+            );
+        }
     }
 }

@@ -7,10 +7,12 @@
 //! | budget | how soon does each budget cut retries? | a panel per budget kind, the drop marked |
 //! | overload | does goodput come back? | a panel per protection, the trigger shaded |
 //! | occ | which jitter needs the fewest writes? | bars per strategy (lines over several client counts) |
+//! | converge | how fast does the limit follow a slower handler? | a panel per algorithm, limit and in-flight, the change marked |
 
 use stormguard::duration::format_duration;
 use stormguard_sim::scenario::budget::BudgetReport;
 use stormguard_sim::scenario::chain::ChainReport;
+use stormguard_sim::scenario::converge::{ConvergePoint, ConvergeReport};
 use stormguard_sim::scenario::occ::OccReport;
 use stormguard_sim::scenario::overload::{OverloadReport, Trigger};
 use stormguard_sim::scenario::storm::StormReport;
@@ -317,6 +319,82 @@ pub(crate) fn overload(r: &OverloadReport) -> Figure {
     }
 }
 
+/// The limit (thick) and the requests in flight (thin) per limit algorithm, the change
+/// marked; each title says when the round trip was short again.
+pub(crate) fn converge(r: &ConvergeReport) -> Figure {
+    let Some(first) = r.rows.first() else {
+        return empty("converge: no rows");
+    };
+    let p = &first.parameters;
+    let bin = p.bin.as_secs_f64();
+    let x_max = p.duration.as_secs_f64();
+    let top = r
+        .rows
+        .iter()
+        .flat_map(|row| row.series.iter().map(|s| s.limit.max(s.in_flight)))
+        .fold(p.workers, u32::max);
+    let change = Rule {
+        at: p.change_at.as_secs_f64(),
+        vertical: true,
+        label: String::new(),
+    };
+    let workers = Rule {
+        at: f64::from(p.workers),
+        vertical: false,
+        label: format!("{} workers", p.workers),
+    };
+    let panels = r
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let verdict = match row.converged_s {
+                Some(s) if s >= bin => format!("converged {} s after the change", number(s)),
+                Some(_) => "converged within a bin of the change".to_string(),
+                None => "never converged".to_string(),
+            };
+            let series = |name: &str, style, value: fn(&ConvergePoint) -> u32| Series {
+                name: name.into(),
+                points: steps(row.series.iter().map(|s| f64::from(value(s))), bin, x_max),
+                style,
+                colour: i,
+            };
+            Panel {
+                title: format!(
+                    "{}: {verdict}; goodput {} % before, {} % after",
+                    row.label,
+                    number((row.goodput_before * 100.0).round()),
+                    number((row.goodput_after * 100.0).round())
+                ),
+                x: Axis::linear("time (s)", 0.0..x_max),
+                y: Axis::log("requests", 1.0..round_up(f64::from(top)) * 1.2),
+                series: vec![
+                    series("in flight", Style::Thin, |s| s.in_flight.max(1)),
+                    series("limit", Style::Line, |s| s.limit.max(1)),
+                ],
+                rules: vec![change.clone(), workers.clone()],
+                legend: i == 0,
+                ..panel()
+            }
+        })
+        .collect();
+    Figure {
+        title: format!(
+            "The adaptive limit when the handler gets {}x slower",
+            number(p.slowdown)
+        ),
+        note: format!(
+            "Thick: the limit. Thin: requests in flight (queued or in service). Dashed: the \
+             change at {} s, and the workers. {}x the first capacity offered.",
+            number(p.change_at.as_secs_f64()),
+            number(p.load)
+        ),
+        columns: 1,
+        panel_size: (1000, 220),
+        panels,
+    }
+}
+
 /// Writes to the contended row and time to finish, per strategy: bars for one number of
 /// clients, lines over several.
 pub(crate) fn occ(r: &OccReport) -> Figure {
@@ -491,7 +569,7 @@ fn round_up(v: f64) -> f64 {
 mod tests {
     use super::*;
     use stormguard_sim::progress::NoProgress;
-    use stormguard_sim::scenario::{budget, chain, occ, overload, storm};
+    use stormguard_sim::scenario::{budget, chain, converge, occ, overload, storm};
 
     #[test]
     fn axis_ends_are_round_and_close_above_the_data() {
@@ -582,5 +660,15 @@ mod tests {
         let occ = super::occ(&occ::run(&occ::OccConfig::default(), &mut NoProgress).expect("runs"));
         assert_eq!(occ.panels[0].series[0].style, Style::Bars);
         assert_eq!(occ.panels[0].x.names.len(), 4);
+        let converge = super::converge(
+            &converge::run(&converge::ConvergeConfig::default(), &mut NoProgress).expect("runs"),
+        );
+        assert!(
+            converge.panels[0].title.starts_with("vegas: converged"),
+            "{}",
+            converge.panels[0].title
+        );
+        assert!(converge.panels[1].title.contains("never converged"));
+        assert!(converge.panels.iter().all(|p| p.rules[0].vertical));
     }
 }

@@ -28,8 +28,10 @@
 //!
 //! A [`Limiter`] holds the current limit and the requests in flight in atomics:
 //! [`Limiter::try_acquire`] admits a request while fewer than the limit are in flight (one
-//! compare-and-swap) and hands back a [`Ticket`]; [`Limiter::release`] gives the slot back and
-//! adds the request's RTT to the current window (two atomic adds). No lock, no allocation. Once
+//! compare-and-swap) and hands back a [`Ticket`]; [`Limiter::release`] gives the slot back (one
+//! atomic subtraction) and adds the request's RTT to the current window, in running totals of
+//! the releasing thread's own (plain loads and stores, no shared write). No lock, and no
+//! allocation after a thread's first release. Once
 //! per window ([`LimiterConfig::with_window`], 100 ms and 10 samples by default, after Envoy's
 //! `concurrency_update_interval` and Netflix's `WindowedLimit`), the release that closes it
 //! feeds the window's [`WindowSample`] to the algorithm and publishes the new limit. Requests
@@ -68,6 +70,7 @@ mod gradient;
 #[cfg(test)]
 mod tests;
 mod vegas;
+mod window;
 
 pub use aimd::Aimd;
 pub use algorithm::{LimitAlgorithm, WindowSample};
@@ -81,6 +84,7 @@ use std::time::{Duration, Instant};
 use crate::classify::Outcome;
 use crate::clock::Clock;
 use crate::health::{InvalidConfig, Problem};
+use window::{Samples, Seen};
 
 /// The most partitions a limiter may have.
 pub const MAX_PARTITIONS: usize = 16;
@@ -217,17 +221,6 @@ struct Partition {
     in_flight: AtomicU32,
 }
 
-/// Bits of the window's packed word that hold the RTT sum (in 100 ns ticks); the count is
-/// above them.
-const SUM_BITS: u32 = 44;
-const SUM_MASK: u64 = (1 << SUM_BITS) - 1;
-/// One RTT sample is counted up to this many ticks (about 7 minutes).
-const MAX_TICKS: u64 = u32::MAX as u64;
-/// A window closes early when its count or its sum gets this large, far from overflowing.
-const FORCE_COUNT: u64 = 1 << 19;
-const FORCE_SUM: u64 = 1 << 43;
-const TICK_NS: u64 = 100;
-
 /// An adaptive concurrency limiter; one per server (or per protected resource), shared by
 /// every request in an [`Arc`](std::sync::Arc). See [the module docs](self).
 #[derive(Debug)]
@@ -236,15 +229,17 @@ pub struct Limiter {
     in_flight: AtomicU32,
     /// The most in flight at once during the current window.
     peak: AtomicU32,
-    /// `count << SUM_BITS | sum of RTTs in ticks` of the current window.
-    window: AtomicU64,
-    min_rtt_ticks: AtomicU64,
+    /// The RTTs of the current window (and before it).
+    samples: Samples,
+    /// The shortest RTT of the current window, in nanoseconds.
+    min_rtt_ns: AtomicU64,
     drops: AtomicU32,
     /// When the current window may close, in nanoseconds since `origin`.
     window_end: AtomicU64,
     /// The last closed window's mean RTT, in nanoseconds; 0 before the first.
     expected_ns: AtomicU64,
-    algorithm: Mutex<LimitAlgorithm>,
+    /// The algorithm and what the last closed window saw: the closer's, one at a time.
+    update: Mutex<Update>,
     partitions: Box<[Partition]>,
     origin: Instant,
     window_ns: u64,
@@ -261,12 +256,15 @@ impl Limiter {
             limit: AtomicU32::new(config.algorithm.limit()),
             in_flight: AtomicU32::new(0),
             peak: AtomicU32::new(0),
-            window: AtomicU64::new(0),
-            min_rtt_ticks: AtomicU64::new(u64::MAX),
+            samples: Samples::default(),
+            min_rtt_ns: AtomicU64::new(u64::MAX),
             drops: AtomicU32::new(0),
             window_end: AtomicU64::new(window_ns),
             expected_ns: AtomicU64::new(0),
-            algorithm: Mutex::new(config.algorithm),
+            update: Mutex::new(Update {
+                algorithm: config.algorithm,
+                seen: Seen::default(),
+            }),
             partitions: config
                 .partitions
                 .iter()
@@ -309,9 +307,9 @@ impl Limiter {
 
     /// The algorithm's state, for inspection (a copy, taken under the update lock).
     pub fn algorithm(&self) -> LimitAlgorithm {
-        match self.algorithm.lock() {
-            Ok(a) => a.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
+        match self.update.lock() {
+            Ok(u) => u.algorithm.clone(),
+            Err(poisoned) => poisoned.into_inner().algorithm.clone(),
         }
     }
 
@@ -359,18 +357,12 @@ impl Limiter {
             self.drops.fetch_add(1, Ordering::Relaxed);
         }
         let now_ns = self.since_origin(now);
-        let ticks = (now_ns.saturating_sub(ticket.start_ns) / TICK_NS).min(MAX_TICKS);
-        if ticks < self.min_rtt_ticks.load(Ordering::Relaxed) {
-            self.min_rtt_ticks.fetch_min(ticks, Ordering::Relaxed);
+        let rtt_ns = now_ns.saturating_sub(ticket.start_ns);
+        if rtt_ns < self.min_rtt_ns.load(Ordering::Relaxed) {
+            self.min_rtt_ns.fetch_min(rtt_ns, Ordering::Relaxed);
         }
-        let before = self
-            .window
-            .fetch_add((1 << SUM_BITS) | ticks, Ordering::Relaxed);
-        let count = (before >> SUM_BITS) + 1;
-        let forced = count >= FORCE_COUNT || (before & SUM_MASK) >= FORCE_SUM;
-        if forced
-            || (count >= self.min_samples && now_ns >= self.window_end.load(Ordering::Relaxed))
-        {
+        self.samples.add(rtt_ns);
+        if now_ns >= self.window_end.load(Ordering::Relaxed) {
             self.close_window(now_ns);
         }
     }
@@ -393,7 +385,8 @@ impl Limiter {
         u64::try_from(now.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Closes the current window (one releaser wins the race) and runs the algorithm on it.
+    /// Closes the current window, once it has its samples (one releaser wins the race), and
+    /// runs the algorithm on it.
     #[cold]
     fn close_window(&self, now_ns: u64) {
         let end = self.window_end.load(Ordering::Relaxed);
@@ -405,33 +398,40 @@ impl Limiter {
         {
             return;
         }
-        let packed = self.window.swap(0, Ordering::AcqRel);
+        // A previous closer still updating leaves this window open rather than wait: its
+        // samples go to the next one.
+        let mut update = match self.update.try_lock() {
+            Ok(u) => u,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        let Some((samples, sum_ns)) = self.samples.take(&mut update.seen, self.min_samples) else {
+            // Too few samples yet: the window stays open and the next release looks again.
+            self.window_end.store(end, Ordering::Relaxed);
+            return;
+        };
         let dropped = self.drops.swap(0, Ordering::Relaxed);
-        let min_ticks = self.min_rtt_ticks.swap(u64::MAX, Ordering::Relaxed);
+        let min_ns = self.min_rtt_ns.swap(u64::MAX, Ordering::Relaxed);
         let peak = self
             .peak
             .swap(self.in_flight.load(Ordering::Relaxed), Ordering::Relaxed);
-        let samples = packed >> SUM_BITS;
-        if samples == 0 {
-            return;
-        }
-        let mean_ns = (packed & SUM_MASK) / samples * TICK_NS;
+        let mean_ns = (sum_ns / samples).max(1);
         let sample = WindowSample {
-            rtt: Duration::from_nanos(mean_ns.max(1)),
-            min_rtt: Duration::from_nanos(min_ticks.saturating_mul(TICK_NS).max(1)),
+            rtt: Duration::from_nanos(mean_ns),
+            min_rtt: Duration::from_nanos(min_ns.min(mean_ns).max(1)),
             samples: u32::try_from(samples).unwrap_or(u32::MAX),
             dropped,
             max_in_flight: peak,
         };
-        // Only the window's closer gets here; a previous closer still updating makes this
-        // window's figures go unused rather than wait.
-        let mut algorithm = match self.algorithm.try_lock() {
-            Ok(a) => a,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return,
-        };
-        let limit = algorithm.update(&sample);
+        let limit = update.algorithm.update(&sample);
         self.limit.store(limit, Ordering::Relaxed);
-        self.expected_ns.store(mean_ns.max(1), Ordering::Relaxed);
+        self.expected_ns.store(mean_ns, Ordering::Relaxed);
     }
+}
+
+/// What the window's closer works on.
+#[derive(Debug)]
+struct Update {
+    algorithm: LimitAlgorithm,
+    seen: Seen,
 }

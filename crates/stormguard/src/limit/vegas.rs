@@ -28,10 +28,13 @@ use crate::health::{InvalidConfig, Problem};
 /// limit shrinks below what the server can do. So the no-load RTT is re-measured every
 /// `probe_every` windows. Netflix's `VegasLimit` resets it to the next sample's RTT, which
 /// under a standing queue *includes* the queue: the estimate then sees no queue and the limit
-/// ratchets up with every probe (the simulation in this module's tests shows it). Here, as in
-/// Envoy's adaptive concurrency filter (`min_rtt_calc_interval`, `min_concurrency`), the
-/// probe pins the limit to `probe_limit` for two windows, one to drain the queue and one to
-/// measure, then takes that window's shortest RTT and restores the limit.
+/// ratchets up with every probe. Here, as in Envoy's adaptive concurrency filter
+/// (`min_rtt_calc_interval`, `min_concurrency`), the probe pins the limit to `probe_limit`
+/// for two windows, one to drain the queue and one to measure, then takes that window's
+/// shortest RTT and restores the limit.
+///
+/// `stormguard simulate converge` shows the limit across a handler that gets twice slower
+/// (the scenario's tests in `stormguard-sim` assert it converges within a second).
 ///
 /// # Default
 ///
