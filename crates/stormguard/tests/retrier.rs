@@ -500,6 +500,7 @@ async fn dropping_the_call_during_its_first_attempt_reports_the_cancellation() {
     let budget = Arc::new(ConcurrencyBudget::new(20.0, 3).expect("valid budget"));
     let log = Arc::new(Recorder::default());
     let retrier = Retrier::new(fixed(5))
+        .expect("a valid policy")
         .with_budget(Arc::clone(&budget))
         .with_observer(Arc::clone(&log));
     let at_once = retrier.run(
