@@ -293,3 +293,33 @@ fn a_file_read_table_by_table_reads_as_one_document() {
         "{error}"
     );
 }
+
+#[test]
+fn a_piece_that_means_something_else_alone_is_read_in_the_document() {
+    // Each piece of these is valid TOML alone, the whole is not: an inline `endpoints`
+    // table is closed, so a later `[endpoints.a]` may not add to it, and a table is defined
+    // once. The file is refused as the whole document is: the same text with its headers
+    // written `[ endpoints.…]`, which is never cut into pieces.
+    for text in [
+        "endpoints = {}\n[endpoints.a]\nretry = { max_attempts = 2 }\n",
+        "endpoints = { b = {} }\n\n[endpoints.a]\n",
+        "[endpoints.a]\n[endpoints]\n[endpoints.c]\n[endpoints]\n",
+    ] {
+        let error = toml_err(text);
+        let whole = toml_err(&text.replace("\n[endpoints.", "\n[ endpoints."));
+        let line = |e: &PolicyError| match e {
+            PolicyError::Syntax { at, .. } => at.line,
+            _ => 0,
+        };
+        assert!(line(&error) > 1, "{text:?}: {error}");
+        assert_eq!(line(&error), line(&whole), "{text:?}: {error} / {whole}");
+    }
+    // Dotted keys before the first header define `endpoints` legally: read in the document.
+    let file = PolicyFile::from_toml("endpoints.b.retry = { max_attempts = 3 }\n[endpoints.a]\n")
+        .expect("valid");
+    assert_eq!(
+        file.endpoint("b").map(|e| e.retry().max_attempts()),
+        Some(3)
+    );
+    assert!(file.endpoint("a").is_some());
+}

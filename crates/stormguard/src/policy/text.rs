@@ -102,20 +102,41 @@ pub(super) fn parse(
 ///
 /// The TOML parser holds every token of a document at once, about forty times the text's
 /// size; a policy file is a list of `[endpoints."…"]` tables, so it is parsed table by
-/// table, which keeps the peak near the size of the policies themselves. Any piece that does
-/// not parse alone, or a name defined twice, sends the whole text through the one-document
-/// parse, so errors (and their lines) are exactly those of the whole document.
+/// table, which keeps the peak near the size of the policies themselves. A piece is read
+/// alone only when it means the same alone as in the document ([`stands_alone`]); any other
+/// piece, one that does not parse alone, or a name defined twice, sends the whole text
+/// through the one-document parse, so what is accepted, and every error (and its line), is
+/// exactly that of the whole document. A text of one piece goes there directly.
 fn toml_raw(text: &str) -> Result<RawFile, PolicyError> {
+    let pieces = toml_pieces(text);
+    if pieces.len() == 1 {
+        return toml_document(text);
+    }
     let mut merged = RawFile::default();
-    for piece in toml_pieces(text) {
+    for piece in pieces {
         let parsed = toml::de::DeTable::parse(piece)
             .ok()
+            .filter(|root| stands_alone(piece, root.get_ref()))
             .and_then(|root| RawFile::deserialize(toml::Deserializer::from(root)).ok());
         if !parsed.is_some_and(|raw| merged.merge(raw)) {
             return toml_document(text);
         }
     }
     Ok(merged)
+}
+
+/// Whether `piece` (parsed as `root`) touches nothing outside its own endpoint: it writes no
+/// table header but its first line, and that line opens an `[endpoints.…]` table, or else it
+/// holds no key at all (the comments before the first table). Otherwise its meaning depends
+/// on the rest of the document: `endpoints = {}` before `[endpoints.a]` is TOML's error (an
+/// inline table is closed), as is an `[endpoints]` header in two pieces, yet each piece
+/// alone is valid.
+fn stands_alone(piece: &str, root: &toml::de::DeTable<'_>) -> bool {
+    let mut lines = piece.lines();
+    let opens_endpoint = lines
+        .next()
+        .is_some_and(|first| first.trim_start().starts_with("[endpoints."));
+    (opens_endpoint || root.is_empty()) && lines.all(|line| !line.trim_start().starts_with('['))
 }
 
 /// `text` cut before each line that opens an `[endpoints.…]` table.
