@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let model = match sf::item_string(value) {
-        Err(()) => Err("not an item"),
+        Err(sf::NotAnItem) => Err("not an item"),
         Ok(None) => Err("not a string"),
         Ok(Some(s)) if s.is_empty() => Err("empty"),
         Ok(Some(s)) if s.len() > 255 => Err("too long"),

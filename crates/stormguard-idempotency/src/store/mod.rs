@@ -223,6 +223,8 @@ pub enum Finish {
 impl Finish {
     /// The result of a write fenced by a lease token: `matched` is how many records the
     /// token matched (rows affected, or a script's count) — one means the caller held it.
+    /// Only the database stores fence by count; the in-memory store compares tokens itself.
+    #[cfg(any(feature = "sql", feature = "redis"))]
     pub(crate) fn fenced(matched: u64) -> Self {
         if matched == 1 {
             Finish::Done
