@@ -34,11 +34,15 @@ mod executor;
 mod key;
 mod observe;
 mod policy;
+#[cfg(feature = "tokio")]
+mod random;
 
 pub use decide::{AttemptOutcome, Decision, RetryReason, RetryRun, StopReason};
 pub use error::{Failure, RetryError};
 #[cfg(feature = "tokio")]
-pub use executor::{Attempt, Call, RandomSource, Report, Retrier, SeededRandom};
+pub use executor::{Attempt, Call, Report, Retrier};
 pub use key::{IdempotencyKey, InvalidKey};
 pub use observe::RetryObserver;
 pub use policy::{InvalidPolicy, RetryPolicy};
+#[cfg(feature = "tokio")]
+pub use random::{RandomSource, SeededRandom};
