@@ -12,7 +12,7 @@ use super::random::{LazyRng, RandomSource, SeededRandom};
 use crate::admission::{AttemptGate, AttemptPass, NoGate, Refusal};
 use crate::breaker::{BreakerObserver, CircuitBreaker};
 use crate::budget::{RetryBudget, Unlimited};
-use crate::classify::Classifier;
+use crate::classify::{Classifier, Outcome};
 use crate::deadline::{self, Deadline};
 
 /// Runs an operation under a [`RetryPolicy`], a shared [`RetryBudget`], the deadline and,
@@ -395,19 +395,14 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                 self.budget.record_success(None);
                 return finish(result.map_err(Failure::Error), 1, StopReason::Succeeded);
             }
-            if let Some(refusal) = classifier.refusal(&result) {
-                // Refused further down: not sent, so neither recorded nor charged.
-                drop(pass);
-                cancelled.armed = false;
-                let sent = refused(observer, refusal, 1);
-                return finish(result.map_err(Failure::Error), sent, refusal.stop_reason());
+            match settle(&classifier, pass, result, outcome) {
+                Settled::Ended(result, ended) => first = Some((result, ended, cancelled)),
+                Settled::Refused(result, refusal) => {
+                    cancelled.armed = false;
+                    let sent = refused(observer, refusal, 1);
+                    return finish(result, sent, refusal.stop_reason());
+                }
             }
-            pass.finish(classifier.health(&result));
-            first = Some((
-                result.map_err(Failure::Error),
-                AttemptOutcome::from(outcome),
-                cancelled,
-            ));
         }
         let mut run = RetryRun::after_first_attempt(&self.policy, request, retry_safe);
         let mut rng = LazyRng::new(&self.random);
@@ -446,64 +441,28 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                     key: call.key.clone(),
                     timeout,
                 };
-                match timeout {
-                    None => {
-                        let result = op(attempt).await;
+                let attempted = match timeout {
+                    None => Ok(op(attempt).await),
+                    Some(limit) => tokio::time::timeout(limit, op(attempt))
+                        .await
+                        .map_err(|_| limit),
+                };
+                match attempted {
+                    Ok(result) => {
                         let outcome = classifier.classify(&result);
-                        if outcome.is_success() {
-                            pass.finish(outcome);
-                            observer.attempt_ended(number, &AttemptOutcome::from(outcome));
-                            run.succeeded();
-                            cancelled.armed = false;
-                            return finish(
-                                result.map_err(Failure::Error),
-                                number,
-                                StopReason::Succeeded,
-                            );
-                        }
-                        if let Some(refusal) = classifier.refusal(&result) {
-                            // Refused further down: not sent, so neither recorded nor charged.
-                            drop(pass);
-                            cancelled.armed = false;
-                            let sent = refused(observer, refusal, number);
-                            return finish(
-                                result.map_err(Failure::Error),
-                                sent,
-                                refusal.stop_reason(),
-                            );
-                        }
-                        pass.finish(classifier.health(&result));
-                        (
-                            result.map_err(Failure::Error),
-                            AttemptOutcome::from(outcome),
-                        )
-                    }
-                    Some(limit) => match tokio::time::timeout(limit, op(attempt)).await {
-                        Ok(result) => {
-                            let outcome = classifier.classify(&result);
-                            if outcome.is_failure() {
-                                if let Some(refusal) = classifier.refusal(&result) {
-                                    drop(pass);
-                                    cancelled.armed = false;
-                                    let sent = refused(observer, refusal, number);
-                                    return finish(
-                                        result.map_err(Failure::Error),
-                                        sent,
-                                        refusal.stop_reason(),
-                                    );
-                                }
+                        match settle(&classifier, pass, result, outcome) {
+                            Settled::Ended(result, ended) => (result, ended),
+                            Settled::Refused(result, refusal) => {
+                                cancelled.armed = false;
+                                let sent = refused(observer, refusal, number);
+                                return finish(result, sent, refusal.stop_reason());
                             }
-                            pass.finish(classifier.health(&result));
-                            (
-                                result.map_err(Failure::Error),
-                                AttemptOutcome::from(outcome),
-                            )
                         }
-                        Err(_) => {
-                            pass.finish(AttemptOutcome::TIMED_OUT.outcome);
-                            (Err(Failure::TimedOut(limit)), AttemptOutcome::TIMED_OUT)
-                        }
-                    },
+                    }
+                    Err(limit) => {
+                        pass.finish(AttemptOutcome::TIMED_OUT.outcome);
+                        (Err(Failure::TimedOut(limit)), AttemptOutcome::TIMED_OUT)
+                    }
                 }
             };
             observer.attempt_ended(number, &ended);
@@ -545,6 +504,37 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
             }
         }
     }
+}
+
+/// How an attempt that returned a result ended, for the retry loop.
+enum Settled<T, E> {
+    /// Sent and answered: the result and its outcome, recorded in the gate.
+    Ended(Result<T, Failure<E>>, AttemptOutcome),
+    /// A failure that is a refusal from further down: never sent, so nothing is recorded
+    /// in the gate and nothing charged.
+    Refused(Result<T, Failure<E>>, Refusal),
+}
+
+/// Records a returned attempt whose result the classifier called `outcome`: a refusal from
+/// further down is let go unrecorded; anything else is recorded in the gate as the
+/// classifier's [`health`](Classifier::health) of it.
+fn settle<T, E, C: Classifier<T, E>>(
+    classifier: &C,
+    pass: impl AttemptPass,
+    result: Result<T, E>,
+    outcome: Outcome,
+) -> Settled<T, E> {
+    if outcome.is_failure() {
+        if let Some(refusal) = classifier.refusal(&result) {
+            drop(pass);
+            return Settled::Refused(result.map_err(Failure::Error), refusal);
+        }
+    }
+    pass.finish(classifier.health(&result));
+    Settled::Ended(
+        result.map_err(Failure::Error),
+        AttemptOutcome::from(outcome),
+    )
 }
 
 /// Attempt `number` was refused before it was sent: tell the observer, and say how many were
