@@ -41,6 +41,32 @@ fn vegas_converges_within_one_second_after_the_handler_gets_twice_slower() {
     assert_eq!(vegas.timed_out, 0);
 }
 
+/// A single worker (2 ms of work, 500/s, then 4 ms) under 3x load: Vegas's thresholds alone
+/// would hold a limit of 3 to 5 here (a queue of two to four service times); its RTT
+/// tolerance keeps the limit at 2, so an admitted request waits at most about one service
+/// time — every 100 ms bin's mean round trip within twice the work before the change, and
+/// the second half after it too — while the worker stays busy (at least 97 % served).
+#[test]
+fn vegas_keeps_a_single_worker_busy_with_at_most_one_request_waiting() {
+    let cfg = ConvergeConfig {
+        workers: 1,
+        service: Duration::from_millis(2),
+        limits: vec![LimitKind::Vegas],
+        ..ConvergeConfig::default()
+    };
+    let vegas = run(&cfg, &mut NoProgress).expect("valid").rows.remove(0);
+    for point in &vegas.series[10..100] {
+        let rtt = point.rtt_ms.expect("served");
+        assert!(rtt <= 4.0, "{point:?}");
+    }
+    assert!((1.5..=3.0).contains(&vegas.limit_before), "{vegas:?}");
+    assert!((1.5..=3.0).contains(&vegas.limit_after), "{vegas:?}");
+    assert!(vegas.rtt_after_ms.expect("served") <= 8.0, "{vegas:?}");
+    assert!(vegas.goodput_before >= 0.97, "{}", vegas.goodput_before);
+    assert!(vegas.goodput_after >= 0.97, "{}", vegas.goodput_after);
+    assert_eq!(vegas.timed_out, 0);
+}
+
 /// Gradient2 (Netflix's, faithfully) cuts its limit within a second of the change, but under
 /// a load that never lets the queue drain its long-term RTT follows the short one and the
 /// limit drifts up again: it does not converge, the reason Vegas is the default.

@@ -26,11 +26,13 @@
 //!
 //! # Reading the figures
 //!
-//! With the defaults (4 workers, 10 ms → 20 ms at 10 s, 3x load) Vegas holds a limit of 8
-//! before the change and 7 after it — the level at which 4 workers stay busy with at most
-//! one request queued per worker — and the round trip is within twice the new service time
-//! from the first bin after the change on; about 99 % of each capacity is served. Its pinned
-//! probe of the no-load RTT (every 5 s, the dips to 3) learns the new service time.
+//! With the defaults (4 workers, 10 ms → 20 ms at 10 s, 3x load) Vegas holds a limit of
+//! about 7 before the change and 8 after it — the level at which 4 workers stay busy with at
+//! most one request queued per worker — and the round trip is within twice the new service
+//! time from the first bin after the change on; about 99 % of each capacity is served. Its
+//! pinned probe of the no-load RTT (every 5 s, the dips to 3) learns the new service time.
+//! With one worker (`--workers 1 --service 2ms`) its RTT tolerance holds the limit at 2: one
+//! request in service, one waiting.
 //! Gradient2 cuts its limit within a second of the change but, under a queue that never
 //! drains, its long-term RTT follows the short one and the limit drifts up (to about 180,
 //! round trips near 0.9 s): the reason Vegas is the default. AIMD sees no latency, only

@@ -11,7 +11,7 @@ fn limiter(config: LimiterConfig) -> (ManualClock, Limiter) {
 
 #[test]
 fn every_bad_field_is_named() {
-    let cases: [(LimiterConfig, &str); 9] = [
+    let cases: [(LimiterConfig, &str); 12] = [
         (
             LimiterConfig::new(Aimd::new().with_limits(0, 1, 2)),
             "limit.aimd.min",
@@ -35,6 +35,18 @@ fn every_bad_field_is_named() {
         (
             LimiterConfig::new(Vegas::new().with_smoothing(f64::NAN)),
             "limit.vegas.smoothing",
+        ),
+        (
+            LimiterConfig::new(Vegas::new().with_tolerance(0.9)),
+            "limit.vegas.tolerance",
+        ),
+        (
+            LimiterConfig::new(Vegas::new().with_tolerance(f64::NAN)),
+            "limit.vegas.tolerance",
+        ),
+        (
+            LimiterConfig::new(Vegas::new().with_tolerance(1e6)),
+            "limit.vegas.tolerance",
         ),
         (
             LimiterConfig::new(Gradient2::new().with_tolerance(0.9)),
@@ -163,4 +175,30 @@ fn a_window_adds_up_the_samples_of_every_releasing_thread() {
         Some(Duration::from_nanos(600_000_000 / 21))
     );
     assert_eq!(l.in_flight(), 0);
+}
+
+/// One worker behind a Vegas limit of 4: each window's requests wait for three others, so
+/// the mean RTT is 2.5 times the no-load RTT. Vegas's request-count thresholds alone keep 4
+/// (the estimated queue of 3 is under `6·log10(4)`); the tolerance of 2 cuts it to
+/// `4 × 2 / 2.5 = 3.2`, and a window within the tolerance then leaves it there.
+#[test]
+fn vegas_lowers_a_limit_whose_round_trips_exceed_the_tolerance() {
+    let window = |rtt_ms: u64| WindowSample {
+        rtt: Duration::from_millis(rtt_ms),
+        min_rtt: Duration::from_millis(2),
+        samples: 50,
+        dropped: 0,
+        max_in_flight: 4,
+    };
+    let mut plain = LimitAlgorithm::from(Vegas::new().with_limits(1, 4, 100).with_tolerance(100.0));
+    assert_eq!(plain.update(&window(5)), 4);
+    let mut vegas = LimitAlgorithm::from(Vegas::new().with_limits(1, 4, 100));
+    assert_eq!(vegas.update(&window(5)), 3);
+    assert_eq!(
+        vegas.update(&WindowSample {
+            max_in_flight: 3,
+            ..window(4)
+        }),
+        3
+    );
 }

@@ -5,6 +5,10 @@ use std::time::Duration;
 use super::algorithm::{WindowSample, check_limits, check_ratio, clamp_limit};
 use crate::health::{InvalidConfig, Problem};
 
+/// The largest RTT tolerance: beyond it the bound means nothing (a request may wait a
+/// hundred of its own service times) and a typo is more likely than intent.
+const MAX_TOLERANCE: f64 = 100.0;
+
 /// TCP Vegas applied to requests (Brakmo & Peterson 1995; Netflix concurrency-limits'
 /// `VegasLimit`, its default).
 ///
@@ -13,6 +17,9 @@ use crate::health::{InvalidConfig, Problem};
 /// `queue = limit × (1 − rtt_noload / rtt)`. With `log = log10(limit)`:
 ///
 /// - a window with a drop: `limit − log`;
+/// - `rtt > tolerance × rtt_noload` (requests wait longer than the tolerance allows, however
+///   few they are): `limit × tolerance × rtt_noload / rtt`, the limit at which the queue
+///   would fit the tolerance;
 /// - `queue ≤ log` (no queue to speak of): `limit + 6·log` (grow fast);
 /// - `queue < 3·log` (alpha): `limit + log`;
 /// - `queue > 6·log` (beta): `limit − log`;
@@ -20,6 +27,20 @@ use crate::health::{InvalidConfig, Problem};
 ///
 /// A window in which fewer than half of the limit were in flight leaves the limit as it is
 /// (the traffic did not test it).
+///
+/// # Why a tolerance
+///
+/// Vegas's thresholds count queued *requests*, scaled by `log10(limit)` so that a large
+/// server keeps a queue worth a fraction of its concurrency. On a small server they allow a
+/// queue of several service times: one worker behind a limit of 3 to 5 is stable for Vegas
+/// alone (its thresholds floor at `log = 1/3`), and an admitted request waits two to four
+/// times its own work. The tolerance bounds the wait in *time* instead, as Netflix's
+/// Gradient2 (`rttTolerance`) and Envoy's gradient controller (`sample_aggregate_percentile`
+/// against `min_rtt` with a buffer) do: a window whose mean RTT is more than `tolerance`
+/// times the no-load RTT lowers the limit to where it would not be. With the default 2, a
+/// request admitted by a saturated server waits at most about one service time on average,
+/// whatever the server's size; large servers never reach it (their Vegas queue is a small
+/// share of their concurrency).
 ///
 /// # Probing the no-load RTT
 ///
@@ -40,13 +61,15 @@ use crate::health::{InvalidConfig, Problem};
 ///
 /// Netflix's initial limit 20, maximum 1000, minimum 1, smoothing 1 (no smoothing); a probe
 /// every 50 windows (5 s with the default window; Envoy: 60 s) pinned to 3 (Envoy's
-/// `min_concurrency`).
+/// `min_concurrency`); an RTT tolerance of 2 (Netflix's Gradient2 uses 1.5 for its long-term
+/// ratio; 2 lets a saturated single worker keep one request waiting, so it never idles).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Vegas {
     min: u32,
     initial: u32,
     max: u32,
     smoothing: f64,
+    tolerance: f64,
     probe_every: u32,
     probe_limit: u32,
     limit: f64,
@@ -70,6 +93,7 @@ impl Vegas {
             initial: 20,
             max: 1000,
             smoothing: 1.0,
+            tolerance: 2.0,
             probe_every: 50,
             probe_limit: 3,
             limit: 20.0,
@@ -94,6 +118,13 @@ impl Vegas {
         self
     }
 
+    /// Lowers the limit whenever a window's mean RTT is more than `tolerance` (at least 1)
+    /// times the no-load RTT (see [why a tolerance](Vegas#why-a-tolerance)).
+    pub const fn with_tolerance(mut self, tolerance: f64) -> Self {
+        self.tolerance = tolerance;
+        self
+    }
+
     /// Re-measures the no-load RTT every `windows` windows, with the limit pinned to
     /// `limit` (at least 1) while it does (see [probing](Vegas#probing-the-no-load-rtt)).
     pub const fn with_probe(mut self, windows: u32, limit: u32) -> Self {
@@ -111,6 +142,18 @@ impl Vegas {
             self.max,
         )?;
         check_ratio("limit.vegas.smoothing", self.smoothing, true)?;
+        if !(self.tolerance >= 1.0 && self.tolerance.is_finite()) {
+            return Err(InvalidConfig {
+                field: "limit.vegas.tolerance",
+                problem: Problem::BelowOne(self.tolerance),
+            });
+        }
+        if self.tolerance > MAX_TOLERANCE {
+            return Err(InvalidConfig {
+                field: "limit.vegas.tolerance",
+                problem: Problem::TooLarge(MAX_TOLERANCE as u64),
+            });
+        }
         if self.probe_every == 0 {
             return Err(InvalidConfig {
                 field: "limit.vegas.probe_every",
@@ -165,12 +208,15 @@ impl Vegas {
         self.rtt_noload = Some(noload);
         let limit = self.limit;
         let log = limit.max(1.0).log10().max(1.0 / 3.0);
+        let stretch = w.rtt.as_secs_f64() / noload.as_secs_f64();
         let target = if w.dropped > 0 {
             limit - log
         } else if f64::from(w.max_in_flight) * 2.0 < limit {
             return self.limit();
+        } else if stretch > self.tolerance {
+            limit * self.tolerance / stretch
         } else {
-            let queue = (limit * (1.0 - noload.as_secs_f64() / w.rtt.as_secs_f64())).ceil();
+            let queue = (limit * (1.0 - 1.0 / stretch)).ceil();
             if queue <= log {
                 limit + 6.0 * log
             } else if queue < 3.0 * log {
