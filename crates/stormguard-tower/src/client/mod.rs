@@ -77,6 +77,8 @@
 //! ```
 
 pub(crate) mod call;
+#[cfg(feature = "center")]
+pub mod center;
 mod classify;
 pub(crate) mod endpoint;
 mod error;
@@ -94,6 +96,8 @@ pub use fallback::{FALLBACK_HEADER, Fallback, FallbackFuture, FallbackRequest};
 pub use live::{InvalidPolicies, Policies};
 pub use reload::{ReloadError, ReloadStatus};
 pub use route::{DEFAULT_ROUTE, InvalidRoute, RoutePattern};
+#[cfg(feature = "center")]
+pub use center::{CenterState, CenterWatch, CenterWatchConfig, CenterWatchError};
 #[cfg(feature = "watch")]
 pub use watch::{DEFAULT_DEBOUNCE, PolicyWatcher, WatchError};
 
