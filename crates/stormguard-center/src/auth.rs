@@ -117,9 +117,9 @@ impl Caller {
         match self.role {
             Role::Admin => Ok(()),
             Role::Instance => self.own(service),
-            Role::Viewer | Role::Editor => {
-                Err(forbidden("watching and acknowledging need an instance token"))
-            }
+            Role::Viewer | Role::Editor => Err(forbidden(
+                "watching and acknowledging need an instance token",
+            )),
         }
     }
 
@@ -156,13 +156,19 @@ impl FromRequestParts<Center> for Caller {
             .and_then(|value| value.strip_prefix("Bearer "))
             .map(str::trim)
             .filter(|token| !token.is_empty() && token.len() <= 256)
-            .ok_or_else(|| unauthorized("malformed", "the Authorization header is not Bearer <token>"))?;
+            .ok_or_else(|| {
+                unauthorized(
+                    "malformed",
+                    "the Authorization header is not Bearer <token>",
+                )
+            })?;
         let row = center
             .store()
             .token(&token_hash(token))
             .await?
             .ok_or_else(|| unauthorized("unknown", "unknown token"))?;
-        let role = Role::parse(&row.role).ok_or_else(|| unauthorized("unknown", "unknown token"))?;
+        let role =
+            Role::parse(&row.role).ok_or_else(|| unauthorized("unknown", "unknown token"))?;
         Ok(Caller {
             name: row.name,
             role,

@@ -24,6 +24,12 @@ pub fn describe() {
         "time from a version's publish to an instance's ACK"
     );
     metrics::describe_counter!(NACKS, "versions an instance could not apply");
-    metrics::describe_counter!(AUTH_FAILURES, "requests refused: no, bad or unknown token, or a role that does not allow it");
-    metrics::describe_counter!(CONFLICTS, "publishes refused because their base version was not the latest");
+    metrics::describe_counter!(
+        AUTH_FAILURES,
+        "requests refused: no, bad or unknown token, or a role that does not allow it"
+    );
+    metrics::describe_counter!(
+        CONFLICTS,
+        "publishes refused because their base version was not the latest"
+    );
 }

@@ -175,7 +175,9 @@ async fn follow_other_replicas(
 ) {
     loop {
         let received = listener.try_recv().await;
-        let Some(inner) = center.upgrade() else { return };
+        let Some(inner) = center.upgrade() else {
+            return;
+        };
         let refreshed = match received {
             Ok(Some(notification)) => inner.hub.refresh(notification.payload()).await,
             Ok(None) => inner.hub.refresh_all().await,

@@ -68,10 +68,12 @@ pub fn content_hash(text: &str) -> String {
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 /// The fields that differ between `old` (none for a service's first version) and `new`, in
@@ -200,8 +202,16 @@ mod tests {
             .map(|c| (c.path, c.old.is_some(), c.new.is_some()))
             .collect();
         assert!(paths.contains(&(r#"endpoints."pay".retry.max_attempts"#.into(), true, true)));
-        assert!(paths.iter().any(|(p, old, new)| p.starts_with(r#"endpoints."new""#) && !old && *new));
-        assert!(paths.iter().any(|(p, old, new)| p.starts_with(r#"endpoints."old""#) && *old && !new));
+        assert!(
+            paths
+                .iter()
+                .any(|(p, old, new)| p.starts_with(r#"endpoints."new""#) && !old && *new)
+        );
+        assert!(
+            paths
+                .iter()
+                .any(|(p, old, new)| p.starts_with(r#"endpoints."old""#) && *old && !new)
+        );
         assert!(changed_fields(Some(&new), &new).is_empty());
     }
 }

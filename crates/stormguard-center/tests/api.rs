@@ -22,11 +22,17 @@ async fn versions_are_numbered_hashed_diffed_and_kept() {
         second["diff"],
         json!([{ "path": "endpoints.\"default\".retry.max_attempts", "old": 3, "new": 1 }])
     );
-    let (status, history) = center.api(&center.viewer).get("/v1/services/pay/versions").await;
+    let (status, history) = center
+        .api(&center.viewer)
+        .get("/v1/services/pay/versions")
+        .await;
     assert_eq!(status, 200);
     assert_eq!(history.as_array().map(Vec::len), Some(2));
     assert_eq!(history[0]["version"], 2);
-    let (status, one) = center.api(&center.viewer).get("/v1/services/pay/versions/1").await;
+    let (status, one) = center
+        .api(&center.viewer)
+        .get("/v1/services/pay/versions/1")
+        .await;
     assert_eq!((status, &one["hash"]), (200, &first["hash"]));
 }
 
@@ -37,7 +43,12 @@ async fn a_publish_on_an_old_base_is_a_conflict() {
     assert_eq!(editor.publish("pay", 0, &attempts(3)).await.0, 201);
     let (status, body) = editor.publish("pay", 0, &attempts(2)).await;
     assert_eq!(status, 409, "{body}");
-    assert!(body["error"].as_str().unwrap_or_default().contains("latest version is 1"));
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("latest version is 1")
+    );
     assert_eq!(editor.publish("pay", 5, &attempts(2)).await.0, 409);
 }
 
@@ -54,8 +65,16 @@ async fn exactly_one_of_concurrent_publishes_wins(center: &TestCenter) {
         let lost = statuses.iter().filter(|s| **s == 409).count();
         assert_eq!((won, lost), (1, 7), "round {round}: {statuses:?}");
     }
-    let (_, history) = center.api(&center.viewer).get("/v1/services/race/versions").await;
-    let numbers: Vec<_> = history.as_array().unwrap().iter().map(|v| v["version"].as_u64().unwrap()).collect();
+    let (_, history) = center
+        .api(&center.viewer)
+        .get("/v1/services/race/versions")
+        .await;
+    let numbers: Vec<_> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_u64().unwrap())
+        .collect();
     assert_eq!(numbers, vec![6, 5, 4, 3, 2, 1]);
 }
 
@@ -66,7 +85,9 @@ async fn of_concurrent_publishes_on_one_base_exactly_one_wins_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_concurrent_publishes_on_one_base_exactly_one_wins_on_postgres() {
-    let Some(url) = support::postgres_url("concurrent publishes") else { return };
+    let Some(url) = support::postgres_url("concurrent publishes") else {
+        return;
+    };
     let url = support::postgres_schema(&url).await;
     exactly_one_of_concurrent_publishes_wins(&TestCenter::on(&url, None).await).await;
 }
@@ -76,11 +97,25 @@ async fn an_invalid_policy_is_refused_with_the_field_named() {
     let center = TestCenter::sqlite().await;
     let (status, body) = center
         .api(&center.editor)
-        .publish("pay", 0, "[endpoints.default]\nretry = { max_attempts = 0 }\n")
+        .publish(
+            "pay",
+            0,
+            "[endpoints.default]\nretry = { max_attempts = 0 }\n",
+        )
         .await;
     assert_eq!(status, 422, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("max_attempts"), "{body}");
-    assert_eq!(center.api(&center.viewer).get("/v1/services/pay/versions").await.1, json!([]));
+    assert!(
+        body["error"].as_str().unwrap().contains("max_attempts"),
+        "{body}"
+    );
+    assert_eq!(
+        center
+            .api(&center.viewer)
+            .get("/v1/services/pay/versions")
+            .await
+            .1,
+        json!([])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,7 +132,10 @@ async fn a_rollback_republishes_an_old_version_as_a_new_one() {
     assert_eq!(third["rollback_of"], 1);
     assert_eq!(third["hash"], first["hash"]);
     assert_eq!(
-        editor.post("/v1/services/pay/rollback", json!({ "base": 3, "to": 9 })).await.0,
+        editor
+            .post("/v1/services/pay/rollback", json!({ "base": 3, "to": 9 }))
+            .await
+            .0,
         404
     );
 }
@@ -105,7 +143,10 @@ async fn a_rollback_republishes_an_old_version_as_a_new_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_needs_a_token_and_the_right_role() {
     let center = TestCenter::sqlite().await;
-    center.api(&center.editor).publish("a", 0, &attempts(3)).await;
+    center
+        .api(&center.editor)
+        .publish("a", 0, &attempts(3))
+        .await;
     let routes = [
         ("GET", "/metrics"),
         ("GET", "/v1/audit"),
@@ -122,22 +163,49 @@ async fn every_route_needs_a_token_and_the_right_role() {
         ("POST", "/v1/services/a/acks"),
     ];
     for (method, path) in routes {
-        let (status, _) = center.anonymous().send(method, path, Some(b"{}".to_vec())).await;
+        let (status, _) = center
+            .anonymous()
+            .send(method, path, Some(b"{}".to_vec()))
+            .await;
         assert_eq!(status, 401, "{method} {path} without a token");
-        let (status, _) = center.api("sg_not-a-token").send(method, path, Some(b"{}".to_vec())).await;
+        let (status, _) = center
+            .api("sg_not-a-token")
+            .send(method, path, Some(b"{}".to_vec()))
+            .await;
         assert_eq!(status, 401, "{method} {path} with an unknown token");
     }
     let viewer = center.api(&center.viewer);
     assert_eq!(viewer.publish("a", 1, &attempts(2)).await.0, 403);
-    assert_eq!(viewer.post("/v1/services/a/rollback", json!({"base": 1, "to": 1})).await.0, 403);
-    assert_eq!(viewer.post("/v1/tokens", json!({"name": "x", "role": "admin"})).await.0, 403);
+    assert_eq!(
+        viewer
+            .post("/v1/services/a/rollback", json!({"base": 1, "to": 1}))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        viewer
+            .post("/v1/tokens", json!({"name": "x", "role": "admin"}))
+            .await
+            .0,
+        403
+    );
     assert_eq!(viewer.get("/v1/services/a/watch?instance=i").await.0, 403);
     let editor = center.api(&center.editor);
-    assert_eq!(editor.post("/v1/tokens", json!({"name": "x", "role": "admin"})).await.0, 403);
+    assert_eq!(
+        editor
+            .post("/v1/tokens", json!({"name": "x", "role": "admin"}))
+            .await
+            .0,
+        403
+    );
     let instance_a = center.api(&center.instance_token("a").await);
     assert_eq!(instance_a.publish("a", 1, &attempts(2)).await.0, 403);
     assert_eq!(instance_a.get("/v1/audit").await.0, 403);
-    assert_eq!(instance_a.get("/v1/services/a/policy?instance=i").await.0, 200);
+    assert_eq!(
+        instance_a.get("/v1/services/a/policy?instance=i").await.0,
+        200
+    );
     let admin = center.api(&center.admin);
     let (status, made) = admin
         .post("/v1/tokens", json!({"name": "ci", "role": "editor"}))
@@ -164,7 +232,10 @@ async fn an_instance_token_of_one_service_cannot_read_or_ack_another() {
         assert_eq!(instance_a.get(path).await.0, 403, "{path}");
     }
     let ack = json!({ "instance": "i", "version": 1, "applied": true });
-    assert_eq!(instance_a.post("/v1/services/b/acks", ack.clone()).await.0, 403);
+    assert_eq!(
+        instance_a.post("/v1/services/b/acks", ack.clone()).await.0,
+        403
+    );
     assert_eq!(instance_a.post("/v1/services/a/acks", ack).await.0, 204);
 }
 
@@ -189,7 +260,10 @@ async fn malformed_and_huge_bodies_are_refused_without_harm() {
         "{{\"base\": 0, \"policy\": \"{}\"}}",
         "#".repeat(10 * 1024 * 1024)
     );
-    assert_eq!(editor.send("POST", path, Some(huge.into_bytes())).await.0, 413);
+    assert_eq!(
+        editor.send("POST", path, Some(huge.into_bytes())).await.0,
+        413
+    );
     let bad_service = editor.publish("no/such", 0, &attempts(1)).await.0;
     assert!((400..500).contains(&bad_service));
     let bad_name = editor.publish("a%20b", 0, &attempts(1)).await.0;
@@ -201,7 +275,10 @@ async fn malformed_and_huge_bodies_are_refused_without_harm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_poll_answers_304_while_the_version_is_unchanged() {
     let center = TestCenter::sqlite().await;
-    center.api(&center.editor).publish("pay", 0, &attempts(3)).await;
+    center
+        .api(&center.editor)
+        .publish("pay", 0, &attempts(3))
+        .await;
     let token = center.instance_token("pay").await;
     let client = reqwest::Client::new();
     let url = format!("{}/v1/services/pay/policy?instance=i-1", center.url());
@@ -216,7 +293,10 @@ async fn the_poll_answers_304_while_the_version_is_unchanged() {
         .await
         .unwrap();
     assert_eq!(again.status(), 304);
-    center.api(&center.editor).publish("pay", 1, &attempts(2)).await;
+    center
+        .api(&center.editor)
+        .publish("pay", 1, &attempts(2))
+        .await;
     let changed = client
         .get(&url)
         .bearer_auth(&token)
@@ -233,13 +313,21 @@ async fn publishes_rollbacks_acks_and_nacks_are_audited() {
     let center = TestCenter::sqlite().await;
     let editor = center.api(&center.editor);
     editor.publish("pay", 0, &attempts(3)).await;
-    editor.post("/v1/services/pay/rollback", json!({"base": 1, "to": 1})).await;
+    editor
+        .post("/v1/services/pay/rollback", json!({"base": 1, "to": 1}))
+        .await;
     let instance = center.api(&center.instance_token("pay").await);
     instance
-        .post("/v1/services/pay/acks", json!({"instance": "i-1", "version": 2, "applied": true}))
+        .post(
+            "/v1/services/pay/acks",
+            json!({"instance": "i-1", "version": 2, "applied": true}),
+        )
         .await;
     let (status, _) = instance
-        .post("/v1/services/pay/acks", json!({"instance": "i-2", "version": 2, "applied": false}))
+        .post(
+            "/v1/services/pay/acks",
+            json!({"instance": "i-2", "version": 2, "applied": false}),
+        )
         .await;
     assert_eq!(status, 400, "a NACK needs its reason");
     instance
@@ -248,7 +336,10 @@ async fn publishes_rollbacks_acks_and_nacks_are_audited() {
             json!({"instance": "i-2", "version": 2, "applied": false, "reason": "no route"}),
         )
         .await;
-    let (status, audit) = center.api(&center.viewer).get("/v1/audit?service=pay").await;
+    let (status, audit) = center
+        .api(&center.viewer)
+        .get("/v1/audit?service=pay")
+        .await;
     assert_eq!(status, 200);
     let actions: Vec<_> = audit
         .as_array()
@@ -259,7 +350,13 @@ async fn publishes_rollbacks_acks_and_nacks_are_audited() {
     assert_eq!(actions, ["nack", "ack", "rollback", "publish"]);
     assert_eq!(audit[0]["detail"], "no route");
     assert_eq!(audit[0]["instance"], "i-2");
-    let (_, status) = center.api(&center.viewer).get("/v1/services/pay/status").await;
+    let (_, status) = center
+        .api(&center.viewer)
+        .get("/v1/services/pay/status")
+        .await;
     let i2 = &status["instances"][1];
-    assert_eq!((&i2["instance"], &i2["applied"], &i2["reason"]), (&json!("i-2"), &json!(false), &json!("no route")));
+    assert_eq!(
+        (&i2["instance"], &i2["applied"], &i2["reason"]),
+        (&json!("i-2"), &json!(false), &json!("no route"))
+    );
 }

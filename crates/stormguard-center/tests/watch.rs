@@ -45,14 +45,22 @@ async fn applied(watch: &CenterWatch, version: u64) -> CenterState {
 }
 
 /// Waits until the center's status shows `instance` acknowledged `version` (ACK or NACK).
-async fn acknowledged(center: &TestCenter, service: &str, instance: &str, version: u64) -> serde_json::Value {
+async fn acknowledged(
+    center: &TestCenter,
+    service: &str,
+    instance: &str,
+    version: u64,
+) -> serde_json::Value {
     let viewer = center.api(&center.viewer);
     timeout(GIVE_UP, async {
         loop {
             let (_, status) = viewer.get(&format!("/v1/services/{service}/status")).await;
             let found = status["instances"]
                 .as_array()
-                .and_then(|all| all.iter().find(|i| i["instance"] == instance && i["version"] == version))
+                .and_then(|all| {
+                    all.iter()
+                        .find(|i| i["instance"] == instance && i["version"] == version)
+                })
                 .cloned();
             if let Some(found) = found {
                 return found;
@@ -93,7 +101,9 @@ async fn order(State(app): State<Frontend>) -> StatusCode {
 }
 
 async fn serve(router: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move { axum::serve(listener, router).await });
     format!("http://{addr}")
@@ -107,32 +117,48 @@ async fn a_published_change_is_in_effect_for_the_next_request_with_the_breaker_c
 
     // The inventory always fails; it counts the calls that reach it.
     let calls = Arc::new(AtomicU64::new(0));
-    let inventory = serve(Router::new().route(
-        "/inventory",
-        get(|State(calls): State<Arc<AtomicU64>>| async move {
-            calls.fetch_add(1, Ordering::SeqCst);
-            StatusCode::SERVICE_UNAVAILABLE
-        })
-        .with_state(Arc::clone(&calls)),
-    ))
+    let inventory = serve(
+        Router::new().route(
+            "/inventory",
+            get(|State(calls): State<Arc<AtomicU64>>| async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                StatusCode::SERVICE_UNAVAILABLE
+            })
+            .with_state(Arc::clone(&calls)),
+        ),
+    )
     .await;
 
     // The orders service: one client stack, its policies fed by the center.
-    let layer = ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap();
-    let config = CenterWatchConfig::new(&center.url(), "orders", "orders-1", &center.instance_token("orders").await)
-        .with_backoff(quick_backoff())
-        .with_seed(1);
+    let layer =
+        ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap();
+    let config = CenterWatchConfig::new(
+        &center.url(),
+        "orders",
+        "orders-1",
+        &center.instance_token("orders").await,
+    )
+    .with_backoff(quick_backoff())
+    .with_seed(1);
     let watch = CenterWatch::start(layer.policies(), config).unwrap();
     applied(&watch, 1).await;
     let frontend = serve(
-        Router::new().route("/order", get(order)).with_state(Frontend {
-            client: layer.layer(Client::builder(TokioExecutor::new()).build_http()),
-            inventory: format!("{inventory}/inventory"),
-        }),
+        Router::new()
+            .route("/order", get(order))
+            .with_state(Frontend {
+                client: layer.layer(Client::builder(TokioExecutor::new()).build_http()),
+                inventory: format!("{inventory}/inventory"),
+            }),
     )
     .await;
     let http = reqwest::Client::new();
-    let order = || async { http.get(format!("{frontend}/order")).send().await.unwrap().status() };
+    let order = || async {
+        http.get(format!("{frontend}/order"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
 
     // Version 1: four attempts (three retries) per request.
     assert_eq!(order().await, 503);
@@ -141,7 +167,10 @@ async fn a_published_change_is_in_effect_for_the_next_request_with_the_breaker_c
     // Version 2: one attempt, the same breaker (which has seen four failures).
     assert_eq!(editor.publish("orders", 1, &policy(1)).await.0, 201);
     applied(&watch, 2).await;
-    assert_eq!(acknowledged(&center, "orders", "orders-1", 2).await["applied"], true);
+    assert_eq!(
+        acknowledged(&center, "orders", "orders-1", 2).await["applied"],
+        true
+    );
     assert_eq!(order().await, 503);
     assert_eq!(calls.load(Ordering::SeqCst), 5, "no retry under version 2");
     assert_eq!(order().await, 503);
@@ -161,20 +190,52 @@ async fn a_version_the_instance_refuses_is_nacked_and_shown_in_status_and_audit(
     let editor = center.api(&center.editor);
     editor.publish("orders", 0, &attempts(3)).await;
     // A stack of one endpoint, "inventory": a version without it (nor a default) is refused.
-    let layer = ClientLayer::named("inventory", PolicyFile::from_toml(&attempts(2)).unwrap().endpoint("default").unwrap().clone()).unwrap();
-    let config = CenterWatchConfig::new(&center.url(), "orders", "orders-1", &center.instance_token("orders").await)
-        .with_backoff(quick_backoff());
+    let layer = ClientLayer::named(
+        "inventory",
+        PolicyFile::from_toml(&attempts(2))
+            .unwrap()
+            .endpoint("default")
+            .unwrap()
+            .clone(),
+    )
+    .unwrap();
+    let config = CenterWatchConfig::new(
+        &center.url(),
+        "orders",
+        "orders-1",
+        &center.instance_token("orders").await,
+    )
+    .with_backoff(quick_backoff());
     let watch = CenterWatch::start(layer.policies(), config).unwrap();
     applied(&watch, 1).await;
     let before = layer.policies().version();
-    editor.publish("orders", 1, "[endpoints.\"GET /other\"]\nretry = { max_attempts = 2 }\n").await;
+    editor
+        .publish(
+            "orders",
+            1,
+            "[endpoints.\"GET /other\"]\nretry = { max_attempts = 2 }\n",
+        )
+        .await;
     let status = acknowledged(&center, "orders", "orders-1", 2).await;
     assert_eq!(status["applied"], false);
-    assert!(status["reason"].as_str().unwrap().contains("inventory"), "{status}");
-    assert_eq!(layer.policies().version(), before, "the refused version is not in use");
+    assert!(
+        status["reason"].as_str().unwrap().contains("inventory"),
+        "{status}"
+    );
+    assert_eq!(
+        layer.policies().version(),
+        before,
+        "the refused version is not in use"
+    );
     assert_eq!(watch.state().applied, Some(1));
-    let (_, audit) = center.api(&center.viewer).get("/v1/audit?service=orders&limit=1").await;
-    assert_eq!((&audit[0]["action"], &audit[0]["version"]), (&json!("nack"), &json!(2)));
+    let (_, audit) = center
+        .api(&center.viewer)
+        .get("/v1/audit?service=orders&limit=1")
+        .await;
+    assert_eq!(
+        (&audit[0]["action"], &audit[0]["version"]),
+        (&json!("nack"), &json!(2))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,24 +243,32 @@ async fn an_instance_that_cannot_reach_the_center_starts_from_its_last_good_copy
     let dir = tempfile::tempdir().unwrap();
     let last_good = dir.path().join("orders.last-good.json");
     let mut center = TestCenter::sqlite().await;
-    center.api(&center.editor).publish("orders", 0, &attempts(5)).await;
+    center
+        .api(&center.editor)
+        .publish("orders", 0, &attempts(5))
+        .await;
     let token = center.instance_token("orders").await;
     let config = CenterWatchConfig::new(&center.url(), "orders", "orders-1", &token)
         .with_backoff(quick_backoff())
         .with_last_good(&last_good);
     {
-        let layer = ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap();
+        let layer =
+            ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap();
         let watch = CenterWatch::start(layer.policies(), config.clone()).unwrap();
         applied(&watch, 1).await;
     }
     center.stop().await;
     // A new process: the center is down, the stack starts from the last good version.
-    let layer = ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap();
+    let layer =
+        ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap();
     let watch = CenterWatch::start(layer.policies(), config).unwrap();
     let state = applied(&watch, 1).await;
     assert!(!state.connected);
     let in_use = layer.policies().current();
-    assert_eq!(in_use.endpoint("default").unwrap().retry().max_attempts(), 5);
+    assert_eq!(
+        in_use.endpoint("default").unwrap().retry().max_attempts(),
+        5
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,18 +277,24 @@ async fn watchers_reconnect_after_a_center_restart_and_resume_from_their_version
     let url = format!("sqlite://{}", dir.path().join("center.db").display());
     let mut center = TestCenter::on(&url, None).await;
     let addr = center.addr;
-    center.api(&center.editor).publish("orders", 0, &attempts(3)).await;
+    center
+        .api(&center.editor)
+        .publish("orders", 0, &attempts(3))
+        .await;
     let token = center.instance_token("orders").await;
     let layers: Vec<_> = (0..20)
-        .map(|_| ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap())
+        .map(|_| {
+            ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap()
+        })
         .collect();
     let watches: Vec<_> = layers
         .iter()
         .enumerate()
         .map(|(i, layer)| {
-            let config = CenterWatchConfig::new(&center.url(), "orders", &format!("orders-{i}"), &token)
-                .with_backoff(quick_backoff())
-                .with_seed(i as u64);
+            let config =
+                CenterWatchConfig::new(&center.url(), "orders", &format!("orders-{i}"), &token)
+                    .with_backoff(quick_backoff())
+                    .with_seed(i as u64);
             CenterWatch::start(layer.policies(), config).unwrap()
         })
         .collect();
@@ -228,16 +303,24 @@ async fn watchers_reconnect_after_a_center_restart_and_resume_from_their_version
     }
     center.stop().await;
     for watch in &watches {
-        timeout(GIVE_UP, watch.wait_for(|s| !s.connected)).await.expect("disconnected");
+        timeout(GIVE_UP, watch.wait_for(|s| !s.connected))
+            .await
+            .expect("disconnected");
     }
     // The same database and port: the restarted center.
     let center = TestCenter::on(&url, Some(addr)).await;
     for watch in &watches {
-        timeout(GIVE_UP, watch.wait_for(|s| s.connected && s.connections >= 2))
-            .await
-            .expect("reconnected");
+        timeout(
+            GIVE_UP,
+            watch.wait_for(|s| s.connected && s.connections >= 2),
+        )
+        .await
+        .expect("reconnected");
     }
-    let (status, _) = center.api(&center.editor).publish("orders", 1, &attempts(1)).await;
+    let (status, _) = center
+        .api(&center.editor)
+        .publish("orders", 1, &attempts(1))
+        .await;
     assert_eq!(status, 201);
     for watch in &watches {
         applied(watch, 2).await;
@@ -253,7 +336,9 @@ async fn a_canary_reaches_the_selected_instances_until_promoted_or_aborted() {
     let zones = ["a", "b", "a", "b"];
     let layers: Vec<_> = zones
         .iter()
-        .map(|_| ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap())
+        .map(|_| {
+            ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap()
+        })
         .collect();
     let watches: Vec<_> = layers
         .iter()
@@ -261,9 +346,10 @@ async fn a_canary_reaches_the_selected_instances_until_promoted_or_aborted() {
         .enumerate()
         .map(|(i, (layer, zone))| {
             let labels = BTreeMap::from([("zone".to_owned(), zone.to_owned())]);
-            let config = CenterWatchConfig::new(&center.url(), "orders", &format!("orders-{i}"), &token)
-                .with_backoff(quick_backoff())
-                .with_labels(labels);
+            let config =
+                CenterWatchConfig::new(&center.url(), "orders", &format!("orders-{i}"), &token)
+                    .with_backoff(quick_backoff())
+                    .with_labels(labels);
             CenterWatch::start(layer.policies(), config).unwrap()
         })
         .collect();
@@ -280,15 +366,29 @@ async fn a_canary_reaches_the_selected_instances_until_promoted_or_aborted() {
     applied(&watches[0], 2).await;
     applied(&watches[2], 2).await;
     acknowledged(&center, "orders", "orders-2", 2).await;
-    let (_, status) = center.api(&center.viewer).get("/v1/services/orders/status").await;
+    let (_, status) = center
+        .api(&center.viewer)
+        .get("/v1/services/orders/status")
+        .await;
     assert_eq!(status["stable"], 1);
     assert_eq!(status["canary"][0], 2);
-    let targets: Vec<_> = status["instances"].as_array().unwrap().iter().map(|i| i["target"].as_u64().unwrap()).collect();
+    let targets: Vec<_> = status["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["target"].as_u64().unwrap())
+        .collect();
     assert_eq!(targets, [2, 1, 2, 1]);
     assert_eq!(watches[1].state().applied, Some(1));
 
     // Abort: the canary instances go back to the stable version.
-    assert_eq!(editor.post("/v1/services/orders/canary/abort", json!({})).await.0, 204);
+    assert_eq!(
+        editor
+            .post("/v1/services/orders/canary/abort", json!({}))
+            .await
+            .0,
+        204
+    );
     applied(&watches[0], 1).await;
     applied(&watches[2], 1).await;
     // A new canary, promoted: every instance runs it.
@@ -298,12 +398,30 @@ async fn a_canary_reaches_the_selected_instances_until_promoted_or_aborted() {
             json!({ "base": 2, "policy": attempts(4), "canary": { "share": 50 } }),
         )
         .await;
-    assert_eq!(editor.post("/v1/services/orders/canary/promote", json!({"message": "good"})).await.0, 204);
+    assert_eq!(
+        editor
+            .post(
+                "/v1/services/orders/canary/promote",
+                json!({"message": "good"})
+            )
+            .await
+            .0,
+        204
+    );
     for watch in &watches {
         applied(watch, 3).await;
     }
-    assert_eq!(editor.post("/v1/services/orders/canary/promote", json!({})).await.0, 404);
-    let (_, audit) = center.api(&center.viewer).get("/v1/audit?service=orders").await;
+    assert_eq!(
+        editor
+            .post("/v1/services/orders/canary/promote", json!({}))
+            .await
+            .0,
+        404
+    );
+    let (_, audit) = center
+        .api(&center.viewer)
+        .get("/v1/audit?service=orders")
+        .await;
     let steps: Vec<_> = audit
         .as_array()
         .unwrap()
@@ -312,5 +430,14 @@ async fn a_canary_reaches_the_selected_instances_until_promoted_or_aborted() {
         .filter(|a| a.starts_with("canary") || *a == "publish")
         .map(str::to_owned)
         .collect();
-    assert_eq!(steps, ["canary-promote", "canary", "canary-abort", "canary", "publish"]);
+    assert_eq!(
+        steps,
+        [
+            "canary-promote",
+            "canary",
+            "canary-abort",
+            "canary",
+            "publish"
+        ]
+    );
 }

@@ -129,7 +129,10 @@ pub(crate) async fn audit(
     }
     let rows = center
         .store()
-        .audit_log(query.service.as_deref(), query.limit.unwrap_or(100).min(10_000))
+        .audit_log(
+            query.service.as_deref(),
+            query.limit.unwrap_or(100).min(10_000),
+        )
         .await?;
     Ok(Json(
         rows.into_iter()
@@ -177,7 +180,10 @@ pub(crate) async fn create_token(
     ))
 }
 
-pub(crate) async fn metrics(State(center): State<Center>, caller: Caller) -> Result<Response, ApiError> {
+pub(crate) async fn metrics(
+    State(center): State<Center>,
+    caller: Caller,
+) -> Result<Response, ApiError> {
     caller.may_read_all()?;
     match &center.config().metrics {
         Some(handle) => Ok(handle.render().into_response()),

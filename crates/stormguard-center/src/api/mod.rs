@@ -29,9 +29,15 @@ pub(crate) fn router(center: Center) -> Router {
             "/v1/services/{service}/versions",
             get(versions::history).post(versions::publish),
         )
-        .route("/v1/services/{service}/versions/{version}", get(versions::one))
+        .route(
+            "/v1/services/{service}/versions/{version}",
+            get(versions::one),
+        )
         .route("/v1/services/{service}/rollback", post(versions::rollback))
-        .route("/v1/services/{service}/canary/promote", post(versions::promote))
+        .route(
+            "/v1/services/{service}/canary/promote",
+            post(versions::promote),
+        )
         .route("/v1/services/{service}/canary/abort", post(versions::abort))
         .route("/v1/services/{service}/status", get(admin::status))
         .route("/v1/services/{service}/policy", get(watch::poll))

@@ -84,7 +84,11 @@ pub(crate) async fn publish(
             "canary share {percent}: expected 0 to 100"
         )));
     }
-    let action = if body.canary.is_some() { "canary" } else { "publish" };
+    let action = if body.canary.is_some() {
+        "canary"
+    } else {
+        "publish"
+    };
     let release = Release {
         service: &service,
         base: body.base,
@@ -279,7 +283,11 @@ async fn end_canary(
     let audit = NewAudit {
         at_ms: now_ms(),
         actor: &caller.name,
-        action: if promote { "canary-promote" } else { "canary-abort" },
+        action: if promote {
+            "canary-promote"
+        } else {
+            "canary-abort"
+        },
         service: &service,
         version: canary,
         instance: None,

@@ -89,8 +89,10 @@ pub(crate) async fn watch(
         sent: last_seen,
         _gauge: WatcherGauge::new(),
     };
-    Ok(Sse::new(futures_util::stream::unfold(stream, WatchStream::next))
-        .keep_alive(KeepAlive::new().interval(center.config().keep_alive)))
+    Ok(
+        Sse::new(futures_util::stream::unfold(stream, WatchStream::next))
+            .keep_alive(KeepAlive::new().interval(center.config().keep_alive)),
+    )
 }
 
 /// One instance's watch.

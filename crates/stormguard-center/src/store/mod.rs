@@ -201,7 +201,8 @@ impl Store {
 
     /// The service's latest version.
     pub(crate) async fn latest(&self, service: &str) -> Result<Option<VersionRow>, StoreError> {
-        const SQL: &str = "SELECT service, version, hash, policy, author, message, diff, rollback_of, created_ms
+        const SQL: &str =
+            "SELECT service, version, hash, policy, author, message, diff, rollback_of, created_ms
             FROM center_versions WHERE service = $1 ORDER BY version DESC LIMIT 1";
         Ok(on_pool!(self, |pool| sqlx::query_as(SQL)
             .bind(service)
@@ -215,7 +216,8 @@ impl Store {
         service: &str,
         version: u64,
     ) -> Result<Option<VersionRow>, StoreError> {
-        const SQL: &str = "SELECT service, version, hash, policy, author, message, diff, rollback_of, created_ms
+        const SQL: &str =
+            "SELECT service, version, hash, policy, author, message, diff, rollback_of, created_ms
             FROM center_versions WHERE service = $1 AND version = $2";
         Ok(on_pool!(self, |pool| sqlx::query_as(SQL)
             .bind(service)
@@ -230,7 +232,8 @@ impl Store {
         service: &str,
         limit: u32,
     ) -> Result<Vec<VersionRow>, StoreError> {
-        const SQL: &str = "SELECT service, version, hash, policy, author, message, diff, rollback_of, created_ms
+        const SQL: &str =
+            "SELECT service, version, hash, policy, author, message, diff, rollback_of, created_ms
             FROM center_versions WHERE service = $1 ORDER BY version DESC LIMIT $2";
         Ok(on_pool!(self, |pool| sqlx::query_as(SQL)
             .bind(service)
@@ -275,27 +278,31 @@ impl Store {
                 .rows_affected();
             if inserted == 1 {
                 match new.canary {
-                    None => sqlx::query(STABLE)
-                        .bind(new.service)
-                        .bind(as_i64(version))
-                        .execute(&mut *tx)
-                        .await?,
-                    Some(selector) => sqlx::query(CANARY)
-                        .bind(new.service)
-                        .bind(as_i64(version))
-                        .bind(selector)
-                        .execute(&mut *tx)
-                        .await?,
+                    None => {
+                        sqlx::query(STABLE)
+                            .bind(new.service)
+                            .bind(as_i64(version))
+                            .execute(&mut *tx)
+                            .await?
+                    }
+                    Some(selector) => {
+                        sqlx::query(CANARY)
+                            .bind(new.service)
+                            .bind(as_i64(version))
+                            .bind(selector)
+                            .execute(&mut *tx)
+                            .await?
+                    }
                 };
                 insert_audit!(NewAudit {
-                        at_ms: new.now_ms,
-                        actor: new.author,
-                        action: new.action,
-                        service: new.service,
-                        version: Some(version),
-                        instance: None,
-                        detail: new.message,
-                    })
+                    at_ms: new.now_ms,
+                    actor: new.author,
+                    action: new.action,
+                    service: new.service,
+                    version: Some(version),
+                    instance: None,
+                    detail: new.message,
+                })
                 .execute(&mut *tx)
                 .await?;
                 if self.is_postgres() {
@@ -308,7 +315,10 @@ impl Store {
         if inserted == 1 {
             return Ok(version);
         }
-        let latest = self.latest(new.service).await?.map_or(0, |row| row.version());
+        let latest = self
+            .latest(new.service)
+            .await?
+            .map_or(0, |row| row.version());
         Err(StoreError::Conflict {
             base: new.base,
             latest,
@@ -326,7 +336,8 @@ impl Store {
         promote: bool,
         audit: &NewAudit<'_>,
     ) -> Result<bool, StoreError> {
-        const PROMOTE: &str = "UPDATE center_services SET stable = canary, canary = NULL, selector = NULL
+        const PROMOTE: &str =
+            "UPDATE center_services SET stable = canary, canary = NULL, selector = NULL
             WHERE service = $1 AND canary IS NOT NULL";
         const DROP: &str = "UPDATE center_services SET canary = NULL, selector = NULL
             WHERE service = $1 AND canary IS NOT NULL";
@@ -350,8 +361,7 @@ impl Store {
 
     /// The service's release: its stable version and its canary.
     pub(crate) async fn release(&self, service: &str) -> Result<Option<ReleaseRow>, StoreError> {
-        const SQL: &str =
-            "SELECT stable, canary, selector FROM center_services WHERE service = $1";
+        const SQL: &str = "SELECT stable, canary, selector FROM center_services WHERE service = $1";
         Ok(on_pool!(self, |pool| sqlx::query_as(SQL)
             .bind(service)
             .fetch_optional(pool)
@@ -434,7 +444,11 @@ impl Store {
     }
 
     /// Stores a token's hash with its name, role and service.
-    pub(crate) async fn insert_token(&self, token: &TokenRow, now_ms: i64) -> Result<(), StoreError> {
+    pub(crate) async fn insert_token(
+        &self,
+        token: &TokenRow,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
         const SQL: &str = "INSERT INTO center_tokens (hash, name, role, service, created_ms)
             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (hash) DO NOTHING";
         on_pool!(self, |pool| sqlx::query(SQL)

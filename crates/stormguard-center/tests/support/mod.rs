@@ -26,7 +26,9 @@ pub fn postgres_url(test: &str) -> Option<String> {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
             if std::env::var("STORMGUARD_REQUIRE_ALL_STORES").as_deref() == Ok("1") {
-                panic!("STORMGUARD_TEST_POSTGRES_URL is not set but STORMGUARD_REQUIRE_ALL_STORES=1");
+                panic!(
+                    "STORMGUARD_TEST_POSTGRES_URL is not set but STORMGUARD_REQUIRE_ALL_STORES=1"
+                );
             }
             let _ = writeln!(
                 std::io::stderr(),
@@ -40,12 +42,10 @@ pub fn postgres_url(test: &str) -> Option<String> {
 /// A fresh schema on the PostgreSQL server, and the URL whose connections use it.
 pub async fn postgres_schema(url: &str) -> String {
     use sqlx::Connection as _;
-    let schema = format!(
-        "center_{}_{}",
-        std::process::id(),
-        rand_suffix()
-    );
-    let mut admin = sqlx::PgConnection::connect(url).await.expect("connect postgres");
+    let schema = format!("center_{}_{}", std::process::id(), rand_suffix());
+    let mut admin = sqlx::PgConnection::connect(url)
+        .await
+        .expect("connect postgres");
     sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
         .execute(&mut admin)
         .await
@@ -79,12 +79,22 @@ impl TestCenter {
         let center = Center::new(store, CenterConfig::default())
             .await
             .expect("center");
-        let admin = center.create_token("root", Role::Admin, None).await.expect("token");
-        let editor = center.create_token("alice", Role::Editor, None).await.expect("token");
-        let viewer = center.create_token("bob", Role::Viewer, None).await.expect("token");
-        let listener = tokio::net::TcpListener::bind(addr.unwrap_or_else(|| "127.0.0.1:0".parse().unwrap()))
+        let admin = center
+            .create_token("root", Role::Admin, None)
             .await
-            .expect("bind");
+            .expect("token");
+        let editor = center
+            .create_token("alice", Role::Editor, None)
+            .await
+            .expect("token");
+        let viewer = center
+            .create_token("bob", Role::Viewer, None)
+            .await
+            .expect("token");
+        let listener =
+            tokio::net::TcpListener::bind(addr.unwrap_or_else(|| "127.0.0.1:0".parse().unwrap()))
+                .await
+                .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let serving = center.clone();
@@ -123,7 +133,11 @@ impl TestCenter {
 
     pub async fn instance_token(&self, service: &str) -> String {
         self.center
-            .create_token(&format!("{service}-instances"), Role::Instance, Some(service))
+            .create_token(
+                &format!("{service}-instances"),
+                Role::Instance,
+                Some(service),
+            )
             .await
             .expect("token")
     }
@@ -156,18 +170,26 @@ impl Api {
     pub async fn send(&self, method: &str, path: &str, body: Option<Vec<u8>>) -> (u16, Value) {
         let mut request = self
             .client
-            .request(method.parse().expect("method"), format!("{}{path}", self.base))
+            .request(
+                method.parse().expect("method"),
+                format!("{}{path}", self.base),
+            )
             .timeout(Duration::from_secs(30));
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
         if let Some(body) = body {
-            request = request.header("content-type", "application/json").body(body);
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
         }
         let response = request.send().await.expect("request");
         let status = response.status().as_u16();
         let bytes = response.bytes().await.unwrap_or_default();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
@@ -175,7 +197,8 @@ impl Api {
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        self.send("POST", path, Some(body.to_string().into_bytes())).await
+        self.send("POST", path, Some(body.to_string().into_bytes()))
+            .await
     }
 
     pub async fn publish(&self, service: &str, base: u64, policy: &str) -> (u16, Value) {

@@ -90,14 +90,14 @@ mod route;
 #[cfg(feature = "watch")]
 mod watch;
 
+#[cfg(feature = "center")]
+pub use center::{CenterState, CenterWatch, CenterWatchConfig, CenterWatchError};
 pub use classify::ErrorClassifier;
 pub use error::Error;
 pub use fallback::{FALLBACK_HEADER, Fallback, FallbackFuture, FallbackRequest};
 pub use live::{InvalidPolicies, Policies};
 pub use reload::{ReloadError, ReloadStatus};
 pub use route::{DEFAULT_ROUTE, InvalidRoute, RoutePattern};
-#[cfg(feature = "center")]
-pub use center::{CenterState, CenterWatch, CenterWatchConfig, CenterWatchError};
 #[cfg(feature = "watch")]
 pub use watch::{DEFAULT_DEBOUNCE, PolicyWatcher, WatchError};
 

@@ -63,7 +63,11 @@ impl<O: Observer> Session<O> {
                 self.note(error);
             }
             // A connection that delivered starts the count again.
-            failures = if matches!(opened, Ok(true)) { 1 } else { failures.saturating_add(1) };
+            failures = if matches!(opened, Ok(true)) {
+                1
+            } else {
+                failures.saturating_add(1)
+            };
             if let Err(error) = self.poll().await {
                 self.note(&error);
             }
@@ -83,7 +87,9 @@ impl<O: Observer> Session<O> {
     }
 
     fn start_from_last_good(&self) {
-        let Some(path) = &self.config.last_good else { return };
+        let Some(path) = &self.config.last_good else {
+            return;
+        };
         if !path.exists() {
             return;
         }
