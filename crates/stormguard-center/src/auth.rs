@@ -4,14 +4,7 @@
 //! copy of the database does not hold usable tokens (a token is long and random, so a plain
 //! hash without salt or stretching is enough: there is nothing to guess). Every request but
 //! `/healthz` needs one; a missing or unknown token is 401, a known token whose role does not
-//! allow the request is 403.
-//!
-//! | role       | may                                                                 |
-//! |------------|---------------------------------------------------------------------|
-//! | `viewer`   | read versions, status, audit and metrics of every service           |
-//! | `editor`   | what a viewer may, and publish, roll back, promote or abort a canary |
-//! | `admin`    | everything, including making tokens                                 |
-//! | `instance` | for its one service only: read its policy, watch it, ACK or NACK it  |
+//! allow the request is 403. What each role may do is told at [`Role`].
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -24,7 +17,14 @@ use crate::metric_names::AUTH_FAILURES;
 use crate::server::Center;
 use crate::version::hex;
 
-/// What a token may do (see the [module docs](self)).
+/// What a token may do:
+///
+/// | role       | may                                                                 |
+/// |------------|---------------------------------------------------------------------|
+/// | `viewer`   | read versions, status, audit and metrics of every service           |
+/// | `editor`   | what a viewer may, and publish, roll back, promote or abort a canary |
+/// | `admin`    | everything, including making tokens                                 |
+/// | `instance` | for its one service only: read its policy, watch it, ACK or NACK it  |
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {

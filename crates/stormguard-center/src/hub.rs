@@ -188,6 +188,7 @@ async fn load(store: &Store, service: &str) -> Result<Release, StoreError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

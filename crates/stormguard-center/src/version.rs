@@ -176,6 +176,7 @@ impl From<crate::store::VersionRow> for Snapshot {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,5 +1,6 @@
 //! The center's API against a real server on 127.0.0.1 with SQLite (and PostgreSQL where a
 //! test says so): versions, compare-and-set, rollback, auth, bodies, polls, audit.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 

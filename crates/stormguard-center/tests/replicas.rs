@@ -1,5 +1,6 @@
 //! Two center replicas on one PostgreSQL database: a publish through either reaches the
 //! watchers of both (LISTEN/NOTIFY), and compare-and-set holds across replicas.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 

@@ -4,6 +4,7 @@
 //! Real servers on 127.0.0.1 and real time: each test waits for what it needs to see (a
 //! version applied, an ACK in the status), never for a fixed time, and asserts nothing
 //! about durations. Reconnects use a 1–10 ms backoff so a restart is quick.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 

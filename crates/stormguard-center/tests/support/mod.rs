@@ -1,5 +1,5 @@
 //! A center on 127.0.0.1 over a real database, and an HTTP client for its API.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use std::io::Write as _;
 use std::net::SocketAddr;
