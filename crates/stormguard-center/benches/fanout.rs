@@ -44,10 +44,16 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let idle = args.first().is_some_and(|a| a == "--idle");
     let numbers: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
-    let watchers = numbers.first().copied().unwrap_or(if idle { 10_000 } else { 1_000 });
+    let watchers = numbers
+        .first()
+        .copied()
+        .unwrap_or(if idle { 10_000 } else { 1_000 });
     let rounds = numbers.get(1).copied().unwrap_or(10);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -72,7 +78,10 @@ async fn run(watchers: usize, rounds: usize, idle: bool) {
         ..CenterConfig::default()
     };
     let center = Center::new(store, config).await.unwrap();
-    let editor = center.create_token("bench", Role::Editor, None).await.unwrap();
+    let editor = center
+        .create_token("bench", Role::Editor, None)
+        .await
+        .unwrap();
     let token = center
         .create_token("svc", Role::Instance, Some("svc"))
         .await
@@ -95,7 +104,8 @@ async fn run(watchers: usize, rounds: usize, idle: bool) {
     let started = Instant::now();
     let mut stacks = Vec::with_capacity(watchers);
     for i in 0..watchers {
-        let layer = ClientLayer::from_policy_file(&PolicyFile::from_toml(&policy(2)).unwrap()).unwrap();
+        let layer =
+            ClientLayer::from_policy_file(&PolicyFile::from_toml(&policy(2)).unwrap()).unwrap();
         let config = CenterWatchConfig::new(&base, "svc", &format!("svc-{i}"), &token)
             .with_backoff(
                 Backoff::exponential(Duration::from_millis(50))

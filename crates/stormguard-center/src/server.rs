@@ -15,7 +15,7 @@ use crate::store::{NOTIFY_CHANNEL, Store, StoreError, TokenRow};
 /// # Default
 ///
 /// Bodies up to 1 MiB, a keep-alive comment on each watch stream every 15 s, no `/metrics`
-/// (set [`metrics`](Self::metrics) to serve them).
+/// (set [`metrics`](Self::metrics) to serve them), 32 watch admissions at once.
 #[derive(Clone, Debug)]
 pub struct CenterConfig {
     /// The largest request body accepted; a larger one is refused with 413 unread.
@@ -25,6 +25,12 @@ pub struct CenterConfig {
     pub keep_alive: Duration,
     /// The Prometheus exporter whose text `/metrics` serves.
     pub metrics: Option<PrometheusHandle>,
+    /// How many new watchers are admitted at once (their token checked, their instance
+    /// recorded, their first snapshot read). When a restart brings every instance back at
+    /// once, the rest wait briefly in a queue and are then refused with 503 and
+    /// `Retry-After`, and come back after their jittered backoff, instead of piling up on
+    /// the store. An admitted watch holds no slot while it streams.
+    pub watch_admissions: u32,
 }
 
 impl Default for CenterConfig {
@@ -33,6 +39,7 @@ impl Default for CenterConfig {
             body_limit: 1024 * 1024,
             keep_alive: Duration::from_secs(15),
             metrics: None,
+            watch_admissions: 32,
         }
     }
 }

@@ -30,7 +30,10 @@ async fn metrics_count_watchers_versions_acks_nacks_and_auth_failures() {
         ..CenterConfig::default()
     };
     let center = Center::new(store, config).await.unwrap();
-    let editor = center.create_token("alice", Role::Editor, None).await.unwrap();
+    let editor = center
+        .create_token("alice", Role::Editor, None)
+        .await
+        .unwrap();
     let instance = center
         .create_token("pay-instances", Role::Instance, Some("pay"))
         .await
@@ -48,9 +51,13 @@ async fn metrics_count_watchers_versions_acks_nacks_and_auth_failures() {
     };
 
     let policy = "[endpoints.default]\nretry = { max_attempts = 3 }\n";
-    let published = post("/v1/services/pay/versions", &editor, json!({"base": 0, "policy": policy}))
-        .await
-        .unwrap();
+    let published = post(
+        "/v1/services/pay/versions",
+        &editor,
+        json!({"base": 0, "policy": policy}),
+    )
+    .await
+    .unwrap();
     assert_eq!(published.status(), 201);
     let layer = ClientLayer::from_policy_file(&PolicyFile::from_toml(policy).unwrap()).unwrap();
     let watch = CenterWatch::start(
@@ -58,13 +65,26 @@ async fn metrics_count_watchers_versions_acks_nacks_and_auth_failures() {
         CenterWatchConfig::new(&base, "pay", "pay-1", &instance),
     )
     .unwrap();
-    timeout(Duration::from_secs(30), watch.wait_for(|s| s.applied == Some(1)))
-        .await
-        .unwrap();
+    timeout(
+        Duration::from_secs(30),
+        watch.wait_for(|s| s.applied == Some(1)),
+    )
+    .await
+    .unwrap();
     let nack = json!({"instance": "pay-2", "version": 1, "applied": false, "reason": "no"});
-    assert_eq!(post("/v1/services/pay/acks", &instance, nack).await.unwrap().status(), 204);
     assert_eq!(
-        http.get(format!("{base}/v1/audit")).send().await.unwrap().status(),
+        post("/v1/services/pay/acks", &instance, nack)
+            .await
+            .unwrap()
+            .status(),
+        204
+    );
+    assert_eq!(
+        http.get(format!("{base}/v1/audit"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
         401
     );
 
@@ -90,11 +110,18 @@ async fn metrics_count_watchers_versions_acks_nacks_and_auth_failures() {
     })
     .await
     .expect("the ACK was never counted");
-    assert_eq!(value(&text, "stormguard_center_watchers"), Some(1.0), "{text}");
+    assert_eq!(
+        value(&text, "stormguard_center_watchers"),
+        Some(1.0),
+        "{text}"
+    );
     assert_eq!(value(&text, "stormguard_center_versions_total"), Some(1.0));
     assert_eq!(value(&text, "stormguard_center_nacks_total"), Some(1.0));
     assert_eq!(
-        value(&text, "stormguard_center_auth_failures_total{reason=\"missing\"}"),
+        value(
+            &text,
+            "stormguard_center_auth_failures_total{reason=\"missing\"}"
+        ),
         Some(1.0)
     );
     drop(watch);

@@ -442,3 +442,38 @@ async fn a_canary_reaches_the_selected_instances_until_promoted_or_aborted() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_of_new_watchers_is_admitted_a_few_at_a_time_and_all_get_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("center.db").display());
+    let config = stormguard_center::CenterConfig {
+        watch_admissions: 1,
+        ..stormguard_center::CenterConfig::default()
+    };
+    let center = TestCenter::with_config(&url, None, config).await;
+    center
+        .api(&center.editor)
+        .publish("orders", 0, &attempts(3))
+        .await;
+    let token = center.instance_token("orders").await;
+    let layers: Vec<_> = (0..50)
+        .map(|_| {
+            ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap()
+        })
+        .collect();
+    let watches: Vec<_> = layers
+        .iter()
+        .enumerate()
+        .map(|(i, layer)| {
+            let config =
+                CenterWatchConfig::new(&center.url(), "orders", &format!("orders-{i}"), &token)
+                    .with_backoff(quick_backoff())
+                    .with_seed(i as u64);
+            CenterWatch::start(layer.policies(), config).unwrap()
+        })
+        .collect();
+    for watch in &watches {
+        applied(watch, 1).await;
+    }
+}

@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
+use std::time::Duration;
+use stormguard::limit::{Aimd, LimiterConfig};
+use stormguard_tower::limit::AdaptiveLimitLayer;
 
 use crate::error::ApiError;
 use crate::server::Center;
@@ -20,6 +23,17 @@ const MAX_LABELS: usize = 32;
 
 pub(crate) fn router(center: Center) -> Router {
     let limit = center.config().body_limit;
+    let admissions = center.config().watch_admissions.max(1);
+    let admission = AdaptiveLimitLayer::builder(LimiterConfig::new(
+        Aimd::new().with_limits(admissions, admissions, admissions),
+    ))
+    .with_retry_after(Duration::from_secs(1))
+    .build();
+    let watch = match admission {
+        Ok(admission) => get(watch::watch).route_layer(admission),
+        // A fixed limit of at least one is always valid; without it, admit everyone.
+        Err(_) => get(watch::watch),
+    };
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(admin::metrics))
@@ -41,7 +55,7 @@ pub(crate) fn router(center: Center) -> Router {
         .route("/v1/services/{service}/canary/abort", post(versions::abort))
         .route("/v1/services/{service}/status", get(admin::status))
         .route("/v1/services/{service}/policy", get(watch::poll))
-        .route("/v1/services/{service}/watch", get(watch::watch))
+        .route("/v1/services/{service}/watch", watch)
         .route("/v1/services/{service}/acks", post(watch::acknowledge))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(center)

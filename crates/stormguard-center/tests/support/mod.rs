@@ -75,10 +75,17 @@ impl TestCenter {
 
     /// A center on the database at `url`, on `addr` (or any free port).
     pub async fn on(url: &str, addr: Option<SocketAddr>) -> TestCenter {
+        TestCenter::with_config(url, addr, CenterConfig::default()).await
+    }
+
+    /// A center on the database at `url`, on `addr`, configured so.
+    pub async fn with_config(
+        url: &str,
+        addr: Option<SocketAddr>,
+        config: CenterConfig,
+    ) -> TestCenter {
         let store = Store::open(url).await.expect("open store");
-        let center = Center::new(store, CenterConfig::default())
-            .await
-            .expect("center");
+        let center = Center::new(store, config).await.expect("center");
         let admin = center
             .create_token("root", Role::Admin, None)
             .await
