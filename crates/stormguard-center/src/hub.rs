@@ -99,6 +99,9 @@ impl Release {
 pub(crate) struct Hub {
     store: Store,
     services: Mutex<HashMap<String, watch::Sender<Arc<Release>>>>,
+    /// One refresh at a time: a refresh that read the store later always sends later, so
+    /// two refreshes racing cannot leave the older release in the channel.
+    refreshing: tokio::sync::Mutex<()>,
 }
 
 impl Hub {
@@ -106,6 +109,7 @@ impl Hub {
         Hub {
             store,
             services: Mutex::new(HashMap::new()),
+            refreshing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -124,11 +128,15 @@ impl Hub {
             return Ok(sender.subscribe());
         }
         let release = Arc::new(load(&self.store, service).await?);
-        let mut services = self.lock();
-        let sender = services
+        let receiver = self
+            .lock()
             .entry(service.to_owned())
-            .or_insert_with(|| watch::Sender::new(release));
-        Ok(sender.subscribe())
+            .or_insert_with(|| watch::Sender::new(release))
+            .subscribe();
+        // A change committed between the load and the insert found no channel to refresh:
+        // read once more now that the channel is there.
+        self.refresh(service).await?;
+        Ok(receiver)
     }
 
     /// Reads the service's release again and tells its watchers if it changed.
@@ -136,6 +144,7 @@ impl Hub {
         if !self.lock().contains_key(service) {
             return Ok(()); // nobody here watches it; the first watcher loads it
         }
+        let _one_at_a_time = self.refreshing.lock().await;
         let release = load(&self.store, service).await?;
         if let Some(sender) = self.lock().get(service) {
             sender.send_if_modified(|current| {

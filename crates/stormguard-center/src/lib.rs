@@ -13,7 +13,9 @@
 //!   id = version, resumed with `Last-Event-ID`; they ACK what they applied and NACK what
 //!   they could not, with the reason. A conditional poll (`ETag`) serves the same snapshot.
 //!   `stormguard_tower::client::CenterWatch` is the client: it feeds the live policies of a
-//!   client stack and keeps a last-good copy on disk.
+//!   client stack and keeps a last-good copy on disk. New watchers are admitted a few at a
+//!   time ([`CenterConfig::watch_admissions`]): a reconnect storm after a restart is shed with
+//!   503 and `Retry-After`, and the instances come back after their jittered backoff.
 //! - **Canary.** A version can be published for a share of instances (a stable hash of the
 //!   instance id) or for the instances with some labels, then promoted or aborted; the status
 //!   shows which instance should run and runs which version.
