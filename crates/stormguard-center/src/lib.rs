@@ -65,6 +65,7 @@
 mod api;
 mod auth;
 mod error;
+pub mod fanout;
 mod hub;
 pub mod metric_names;
 mod server;

@@ -31,6 +31,8 @@ pub struct CenterConfig {
     /// `Retry-After`, and come back after their jittered backoff, instead of piling up on
     /// the store. An admitted watch holds no slot while it streams.
     pub watch_admissions: u32,
+    /// Also put every stable version into this NATS JetStream bucket ([`crate::fanout`]).
+    pub fanout: Option<crate::fanout::NatsFanout>,
 }
 
 impl Default for CenterConfig {
@@ -40,6 +42,7 @@ impl Default for CenterConfig {
             keep_alive: Duration::from_secs(15),
             metrics: None,
             watch_admissions: 32,
+            fanout: None,
         }
     }
 }

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 
 use clap::Args;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use stormguard_center::fanout::NatsFanout;
 use stormguard_center::metric_names::PUBLISH_TO_ACK;
 use stormguard_center::{Center, CenterConfig, Role, Store};
 
@@ -27,6 +28,13 @@ pub(crate) struct CenterArgs {
     /// An admin token to accept (stored hashed); with none stored yet, nothing is allowed.
     #[arg(long, env = "STORMGUARD_CENTER_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Also put every stable version into a NATS JetStream key-value bucket
+    /// (nats://HOST:4222), for instances that watch the bucket instead of the center.
+    #[arg(long)]
+    fanout: Option<String>,
+    /// The bucket of --fanout.
+    #[arg(long, default_value = stormguard_center::fanout::DEFAULT_BUCKET)]
+    fanout_bucket: String,
     /// The largest request body, in bytes.
     #[arg(long, default_value_t = 1024 * 1024)]
     body_limit: usize,
@@ -63,9 +71,18 @@ async fn serve(args: CenterArgs) -> Result<(), Failure> {
     let store = Store::open(&args.database_url)
         .await
         .map_err(|e| Failure::Failed(format!("--database-url: {e}")))?;
+    let fanout = match &args.fanout {
+        None => None,
+        Some(url) => Some(
+            NatsFanout::connect(url, &args.fanout_bucket)
+                .await
+                .map_err(|e| Failure::Failed(format!("--fanout: {e}")))?,
+        ),
+    };
     let config = CenterConfig {
         body_limit: args.body_limit,
         metrics: Some(metrics),
+        fanout,
         ..CenterConfig::default()
     };
     let center = Center::new(store, config)

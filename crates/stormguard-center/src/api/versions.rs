@@ -9,11 +9,12 @@ use stormguard::policy::PolicyFile;
 use super::check_name;
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::fanout::NatsFanout;
 use crate::hub::Selector;
 use crate::metric_names::{CONFLICTS, VERSIONS};
 use crate::server::{Center, now_ms};
 use crate::store::{NewAudit, NewVersion, StoreError};
-use crate::version::{Version, canonical_text, changed_fields, content_hash};
+use crate::version::{Snapshot, Version, canonical_text, changed_fields, content_hash};
 
 /// The format of a published policy text.
 #[derive(Clone, Copy, Debug, Default, Deserialize)]
@@ -217,6 +218,34 @@ async fn refresh(center: &Center, service: &str) {
     if let Err(error) = center.hub().refresh(service).await {
         tracing::warn!(%error, service, "stormguard center: refreshing watchers failed");
     }
+    if let Some(fanout) = &center.config().fanout {
+        if let Err(error) = fan_out(center, fanout, service).await {
+            tracing::warn!(%error, service, "stormguard center: NATS fanout failed");
+        }
+    }
+}
+
+/// Puts the service's stable version into the NATS bucket.
+async fn fan_out(center: &Center, fanout: &NatsFanout, service: &str) -> Result<(), String> {
+    let store = center.store();
+    let stable = store
+        .release(service)
+        .await
+        .map_err(|e| e.to_string())?
+        .and_then(|release| release.stable)
+        .and_then(|v| u64::try_from(v).ok());
+    let Some(stable) = stable else { return Ok(()) };
+    let Some(row) = store
+        .version(service, stable)
+        .await
+        .map_err(|e| e.to_string())?
+    else {
+        return Ok(());
+    };
+    fanout
+        .put(&Snapshot::from(row))
+        .await
+        .map_err(|e| e.to_string())
 }
 
 pub(crate) async fn history(

@@ -54,6 +54,9 @@ pub struct CenterWatchConfig {
     pub(crate) poll_interval: Duration,
     pub(crate) backoff: Backoff,
     pub(crate) seed: Option<u64>,
+    /// The NATS server and bucket to watch instead of the center's stream.
+    #[cfg(feature = "center-nats")]
+    pub(crate) nats: Option<(String, String)>,
 }
 
 impl CenterWatchConfig {
@@ -72,6 +75,8 @@ impl CenterWatchConfig {
                 .with_cap(Duration::from_secs(30))
                 .with_jitter(Jitter::Full),
             seed: None,
+            #[cfg(feature = "center-nats")]
+            nats: None,
         }
     }
 
@@ -96,6 +101,17 @@ impl CenterWatchConfig {
     /// The delay before each reconnect (retry *n* = the *n*-th failed connection in a row).
     pub fn with_backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// Watch the center's NATS JetStream key-value bucket at `url` (the center's
+    /// `--fanout`; its default bucket is `stormguard_policies`) instead of holding a stream
+    /// to the center (feature `center-nats`). ACKs, NACKs and the poll still go to the
+    /// center. The bucket carries stable versions only, and a version lower than the one in
+    /// use is ignored; an instance meant for canaries watches the center.
+    #[cfg(feature = "center-nats")]
+    pub fn with_nats(mut self, url: &str, bucket: &str) -> Self {
+        self.nats = Some((url.to_owned(), bucket.to_owned()));
         self
     }
 

@@ -57,7 +57,7 @@ impl<O: Observer> Session<O> {
         let mut failures = 0u32;
         let mut previous = None;
         loop {
-            let opened = self.stream().await;
+            let opened = self.connect().await;
             self.state.send_modify(|s| s.connected = false);
             if let Err(error) = &opened {
                 self.note(error);
@@ -121,6 +121,64 @@ impl<O: Observer> Session<O> {
             encode(&self.config.instance),
             encode(&labels.join(","))
         )
+    }
+
+    /// Follows the center's stream, or its NATS bucket when configured.
+    async fn connect(&self) -> Result<bool, String> {
+        #[cfg(feature = "center-nats")]
+        if let Some((url, bucket)) = &self.config.nats {
+            return self.bucket(url, bucket).await;
+        }
+        self.stream().await
+    }
+
+    /// Watches the service's key in the NATS bucket until the watch ends.
+    #[cfg(feature = "center-nats")]
+    async fn bucket(&self, url: &str, bucket: &str) -> Result<bool, String> {
+        use futures_util::StreamExt as _;
+        let client = async_nats::connect(url)
+            .await
+            .map_err(|e| format!("nats {url}: {e}"))?;
+        let store = async_nats::jetstream::new(client)
+            .get_key_value(bucket)
+            .await
+            .map_err(|e| format!("nats bucket {bucket}: {e}"))?;
+        let mut entries = store
+            .watch_with_history(&self.config.service)
+            .await
+            .map_err(|e| format!("nats watch: {e}"))?;
+        self.state.send_modify(|s| {
+            s.connected = true;
+            s.connections += 1;
+        });
+        let mut poll = tokio::time::interval_at(
+            tokio::time::Instant::now() + self.config.poll_interval,
+            self.config.poll_interval,
+        );
+        loop {
+            tokio::select! {
+                entry = entries.next() => match entry {
+                    None => return Ok(true),
+                    Some(Err(error)) => return Err(format!("nats watch: {error}")),
+                    Some(Ok(entry)) => {
+                        if entry.operation != async_nats::jetstream::kv::Operation::Put {
+                            continue;
+                        }
+                        match serde_json::from_slice::<Snapshot>(&entry.value) {
+                            // Stable versions only grow: an older one arriving late is stale.
+                            Ok(snapshot) if self.applied().is_some_and(|v| v >= snapshot.version) => {}
+                            Ok(snapshot) => self.apply(snapshot).await,
+                            Err(error) => self.note(&format!("a version in the bucket is not JSON: {error}")),
+                        }
+                    }
+                },
+                _ = poll.tick() => {
+                    if let Err(error) = self.poll().await {
+                        self.note(&error);
+                    }
+                }
+            }
+        }
     }
 
     /// One stream, until it ends: `Ok(true)` when it opened, `Err` when it could not.
