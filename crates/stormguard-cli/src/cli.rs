@@ -39,6 +39,17 @@ pub(crate) enum Command {
         #[command(subcommand)]
         scenario: Scenario,
     },
+    /// Run a policy center: versioned policies pushed to every instance.
+    Center(crate::center::CenterArgs),
+    /// Policies on a policy center: push, get, history, rollback, status, audit.
+    Policy {
+        /// Where the center is, and who asks.
+        #[command(flatten)]
+        remote: crate::policy_center::Remote,
+        /// The command.
+        #[command(subcommand)]
+        command: crate::policy_center::PolicyCenter,
+    },
     /// Run a reference service under load and faults, and check its invariants.
     Demo {
         /// The demo.

@@ -12,11 +12,13 @@
 //! exits with status 1.
 
 mod bar;
+mod center;
 mod cli;
 mod demo;
 mod help;
 mod parse;
 mod plot;
+mod policy_center;
 mod render;
 mod run;
 

@@ -59,6 +59,8 @@ pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
     let scenario = match cli.command {
         Command::Simulate { scenario } => scenario,
         Command::Demo { demo } => return crate::demo::run(demo),
+        Command::Center(args) => return crate::center::run(args),
+        Command::Policy { remote, command } => return crate::policy_center::run(remote, command),
     };
     match scenario {
         Scenario::Storm(a) => {

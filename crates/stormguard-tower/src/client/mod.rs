@@ -77,6 +77,8 @@
 //! ```
 
 pub(crate) mod call;
+#[cfg(feature = "center")]
+pub mod center;
 mod classify;
 pub(crate) mod endpoint;
 mod error;
@@ -88,6 +90,8 @@ mod route;
 #[cfg(feature = "watch")]
 mod watch;
 
+#[cfg(feature = "center")]
+pub use center::{CenterState, CenterWatch, CenterWatchConfig, CenterWatchError};
 pub use classify::ErrorClassifier;
 pub use error::Error;
 pub use fallback::{FALLBACK_HEADER, Fallback, FallbackFuture, FallbackRequest};

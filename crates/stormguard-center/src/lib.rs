@@ -1,0 +1,81 @@
+//! The stormguard policy center: versioned retry policies pushed to every instance.
+//!
+//! A retry policy changed by hand on forty hosts is changed on thirty-nine. The center keeps
+//! every service's policies as a line of immutable versions and pushes the one each
+//! instance should run to it, in about the time of a round trip:
+//!
+//! - **Versions.** Each publish is a new version (a number, the SHA-256 of the canonical
+//!   policy text, author, message, and the [changed fields](changed_fields)), validated by
+//!   the same rules as a policy file before it exists. Publishing is compare-and-set on the
+//!   version the editor saw: of two editors on the same base, one wins and the other gets
+//!   409. A rollback publishes an old version's policies again, as a new version.
+//! - **Push.** Instances watch their service over server-sent events: full snapshots, event
+//!   id = version, resumed with `Last-Event-ID`; they ACK what they applied and NACK what
+//!   they could not, with the reason. A conditional poll (`ETag`) serves the same snapshot.
+//!   `stormguard_tower::client::CenterWatch` is the client: it feeds the live policies of a
+//!   client stack and keeps a last-good copy on disk. New watchers are admitted a few at a
+//!   time ([`CenterConfig::watch_admissions`]): a reconnect storm after a restart is shed with
+//!   503 and `Retry-After`, and the instances come back after their jittered backoff.
+//! - **Canary.** A version can be published for a share of instances (a stable hash of the
+//!   instance id) or for the instances with some labels, then promoted or aborted; the status
+//!   shows which instance should run and runs which version.
+//! - **Audit and auth.** Every publish, rollback, canary step, ACK and NACK is an audit
+//!   record. Bearer tokens carry one role each ([`Role`]); the center stores their hashes and
+//!   denies what no rule allows.
+//! - **Store.** SQLite embedded by default; PostgreSQL for several replicas behind a load
+//!   balancer, which learn of each other's publishes through LISTEN/NOTIFY ([`Store`]).
+//!
+//! # HTTP API
+//!
+//! Every route but `/healthz` needs `Authorization: Bearer <token>`. Bodies are JSON, at
+//! most [`CenterConfig::body_limit`] bytes (413 beyond). Errors are
+//! `{"status": …, "error": "…"}` naming what was wrong.
+//!
+//! | route | role | what |
+//! |-------|------|------|
+//! | `POST /v1/services/{s}/versions` | editor | publish `{base, policy, format?, message?, canary?}` → 201 [`Version`], 409 if `base` is not the latest, 422 if invalid |
+//! | `GET /v1/services/{s}/versions?limit=` | viewer | history, newest first |
+//! | `GET /v1/services/{s}/versions/{n}` | viewer | one version |
+//! | `POST /v1/services/{s}/rollback` | editor | `{base, to, message?}` → 201 [`Version`] |
+//! | `POST /v1/services/{s}/canary/promote`, `…/canary/abort` | editor | end the canary |
+//! | `GET /v1/services/{s}/status` | viewer | [`Status`]: stable, canary, every instance's target and ACK |
+//! | `GET /v1/services/{s}/watch?instance=&labels=k=v,…` | instance | server-sent events of [`Snapshot`]s |
+//! | `GET /v1/services/{s}/policy?instance=&labels=` | instance, viewer | the [`Snapshot`] with `ETag`; 304 on `If-None-Match` |
+//! | `POST /v1/services/{s}/acks` | instance | `{instance, version, applied, reason?}` |
+//! | `GET /v1/audit?service=&limit=` | viewer | [`AuditRecord`]s, newest first |
+//! | `POST /v1/tokens` | admin | `{name, role, service?}` → `{token}` |
+//! | `GET /metrics` | viewer | Prometheus text (see [`metric_names`]) |
+//!
+//! # Example
+//!
+//! ```no_run
+//! use stormguard_center::{Center, CenterConfig, Role, Store};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Store::open("sqlite://center.db").await?;
+//! let center = Center::new(store, CenterConfig::default()).await?;
+//! let admin = center.create_token("ops", Role::Admin, None).await?;
+//! println!("admin token: {admin}");
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7450").await?;
+//! center.serve(listener, std::future::pending()).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod api;
+mod auth;
+mod error;
+pub mod fanout;
+mod hub;
+pub mod metric_names;
+mod server;
+mod store;
+mod version;
+
+pub use api::admin::{AuditRecord, InstanceStatus, Status};
+pub use auth::{Caller, Role, new_token};
+pub use error::ApiError;
+pub use hub::Selector;
+pub use server::{Center, CenterConfig};
+pub use store::{Store, StoreError};
+pub use version::{FieldChange, Snapshot, Version, canonical_text, changed_fields, content_hash};

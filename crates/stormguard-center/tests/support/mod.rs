@@ -1,0 +1,223 @@
+//! A center on 127.0.0.1 over a real database, and an HTTP client for its API.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use stormguard_center::{Center, CenterConfig, Role, Store};
+
+/// A running center: its address, its state, an admin, an editor and a viewer token.
+pub struct TestCenter {
+    pub addr: SocketAddr,
+    pub center: Center,
+    pub admin: String,
+    pub editor: String,
+    pub viewer: String,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// Fails when the servers are required (CI), else prints a loud SKIPPED line.
+pub fn postgres_url(test: &str) -> Option<String> {
+    match std::env::var("STORMGUARD_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            if std::env::var("STORMGUARD_REQUIRE_ALL_STORES").as_deref() == Ok("1") {
+                panic!(
+                    "STORMGUARD_TEST_POSTGRES_URL is not set but STORMGUARD_REQUIRE_ALL_STORES=1"
+                );
+            }
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: {test} on PostgreSQL: STORMGUARD_TEST_POSTGRES_URL not set"
+            );
+            None
+        }
+    }
+}
+
+/// A fresh schema on the PostgreSQL server, and the URL whose connections use it.
+pub async fn postgres_schema(url: &str) -> String {
+    use sqlx::Connection as _;
+    let schema = format!("center_{}_{}", std::process::id(), rand_suffix());
+    let mut admin = sqlx::PgConnection::connect(url)
+        .await
+        .expect("connect postgres");
+    sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
+        .execute(&mut admin)
+        .await
+        .expect("create schema");
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-c%20search_path%3D{schema}")
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    u64::from(nanos) * 1000 + NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl TestCenter {
+    /// A center on a new SQLite file.
+    pub async fn sqlite() -> TestCenter {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("center.db").display());
+        let mut center = TestCenter::on(&url, None).await;
+        center._dir = Some(dir);
+        center
+    }
+
+    /// A center on the database at `url`, on `addr` (or any free port).
+    pub async fn on(url: &str, addr: Option<SocketAddr>) -> TestCenter {
+        TestCenter::with_config(url, addr, CenterConfig::default()).await
+    }
+
+    /// A center on the database at `url`, on `addr`, configured so.
+    pub async fn with_config(
+        url: &str,
+        addr: Option<SocketAddr>,
+        config: CenterConfig,
+    ) -> TestCenter {
+        let store = Store::open(url).await.expect("open store");
+        let center = Center::new(store, config).await.expect("center");
+        let admin = center
+            .create_token("root", Role::Admin, None)
+            .await
+            .expect("token");
+        let editor = center
+            .create_token("alice", Role::Editor, None)
+            .await
+            .expect("token");
+        let viewer = center
+            .create_token("bob", Role::Viewer, None)
+            .await
+            .expect("token");
+        let listener =
+            tokio::net::TcpListener::bind(addr.unwrap_or_else(|| "127.0.0.1:0".parse().unwrap()))
+                .await
+                .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let serving = center.clone();
+        let server = tokio::spawn(async move {
+            let _ = serving
+                .serve(listener, async move {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        TestCenter {
+            addr,
+            center,
+            admin,
+            editor,
+            viewer,
+            shutdown: Some(tx),
+            server: Some(server),
+            _dir: None,
+        }
+    }
+
+    /// Stops serving: the watch streams end, the port is free.
+    pub async fn stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn instance_token(&self, service: &str) -> String {
+        self.center
+            .create_token(
+                &format!("{service}-instances"),
+                Role::Instance,
+                Some(service),
+            )
+            .await
+            .expect("token")
+    }
+
+    pub fn api(&self, token: &str) -> Api {
+        Api {
+            base: self.url(),
+            token: Some(token.to_owned()),
+            client: reqwest::Client::new(),
+        }
+    }
+
+    pub fn anonymous(&self) -> Api {
+        Api {
+            base: self.url(),
+            token: None,
+            client: reqwest::Client::new(),
+        }
+    }
+}
+
+/// The API as one token sees it.
+pub struct Api {
+    base: String,
+    token: Option<String>,
+    client: reqwest::Client,
+}
+
+impl Api {
+    pub async fn send(&self, method: &str, path: &str, body: Option<Vec<u8>>) -> (u16, Value) {
+        let mut request = self
+            .client
+            .request(
+                method.parse().expect("method"),
+                format!("{}{path}", self.base),
+            )
+            .timeout(Duration::from_secs(30));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.send("GET", path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send("POST", path, Some(body.to_string().into_bytes()))
+            .await
+    }
+
+    pub async fn publish(&self, service: &str, base: u64, policy: &str) -> (u16, Value) {
+        self.post(
+            &format!("/v1/services/{service}/versions"),
+            json!({ "base": base, "policy": policy, "message": format!("on {base}") }),
+        )
+        .await
+    }
+}
+
+/// A policy for every endpoint with this many attempts.
+pub fn attempts(n: u32) -> String {
+    format!("[endpoints.default]\nretry = {{ max_attempts = {n} }}\n")
+}

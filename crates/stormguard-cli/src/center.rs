@@ -1,0 +1,116 @@
+//! `stormguard center`: runs a policy center replica (the `stormguard-center` crate).
+//!
+//! SQLite in a file by default, so a center runs with nothing to install; `--database-url
+//! postgres://…` for several replicas on one database. Logs are JSON lines on stderr;
+//! `/metrics` serves the Prometheus text. Deny by default: without `--admin-token` (or
+//! `STORMGUARD_CENTER_ADMIN_TOKEN`) and no token in the database, nobody can do anything,
+//! so the first start sets one and the admin makes the others (`POST /v1/tokens`).
+
+use std::net::SocketAddr;
+
+use clap::Args;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use stormguard_center::fanout::NatsFanout;
+use stormguard_center::metric_names::PUBLISH_TO_ACK;
+use stormguard_center::{Center, CenterConfig, Role, Store};
+
+use crate::run::Failure;
+
+/// The options of `stormguard center`.
+#[derive(Debug, Args)]
+pub(crate) struct CenterArgs {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7450")]
+    listen: SocketAddr,
+    /// The store: sqlite://FILE (created if missing) or postgres://USER@HOST/DB.
+    #[arg(long, default_value = "sqlite://stormguard-center.db")]
+    database_url: String,
+    /// An admin token to accept (stored hashed); with none stored yet, nothing is allowed.
+    #[arg(long, env = "STORMGUARD_CENTER_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Also put every stable version into a NATS JetStream key-value bucket
+    /// (nats://HOST:4222), for instances that watch the bucket instead of the center.
+    #[arg(long)]
+    fanout: Option<String>,
+    /// The bucket of --fanout.
+    #[arg(long, default_value = stormguard_center::fanout::DEFAULT_BUCKET)]
+    fanout_bucket: String,
+    /// The largest request body, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    body_limit: usize,
+}
+
+/// Runs the center until Ctrl-C.
+pub(crate) fn run(args: CenterArgs) -> Result<String, Failure> {
+    if args.admin_token.as_ref().is_some_and(|t| t.len() < 16) {
+        return Err(Failure::Usage(
+            "--admin-token: at least 16 characters".to_owned(),
+        ));
+    }
+    tracing_subscriber::fmt()
+        .json()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Io(format!("tokio runtime: {e}")))?;
+    runtime.block_on(serve(args))?;
+    Ok(String::new())
+}
+
+async fn serve(args: CenterArgs) -> Result<(), Failure> {
+    let seconds = [
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ];
+    let metrics = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(PUBLISH_TO_ACK.to_owned()), &seconds)
+        .and_then(PrometheusBuilder::install_recorder)
+        .map_err(|e| Failure::Failed(format!("metrics: {e}")))?;
+    let store = Store::open(&args.database_url)
+        .await
+        .map_err(|e| Failure::Failed(format!("--database-url: {e}")))?;
+    let fanout = match &args.fanout {
+        None => None,
+        Some(url) => Some(
+            NatsFanout::connect(url, &args.fanout_bucket)
+                .await
+                .map_err(|e| Failure::Failed(format!("--fanout: {e}")))?,
+        ),
+    };
+    let config = CenterConfig {
+        body_limit: args.body_limit,
+        metrics: Some(metrics),
+        fanout,
+        ..CenterConfig::default()
+    };
+    let center = Center::new(store, config)
+        .await
+        .map_err(|e| Failure::Failed(format!("center: {e}")))?;
+    if let Some(token) = &args.admin_token {
+        center
+            .add_token(token, "admin", Role::Admin, None)
+            .await
+            .map_err(|e| Failure::Failed(format!("admin token: {e}")))?;
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| Failure::Usage(format!("--listen {}: {e}", args.listen)))?;
+    tracing::info!(listen = %args.listen, store = %store_kind(&args.database_url), "stormguard center serving");
+    center
+        .serve(listener, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| Failure::Io(format!("serving: {e}")))
+}
+
+/// The kind of store, for the log (never the URL: it may hold a password).
+fn store_kind(url: &str) -> &'static str {
+    if url.starts_with("sqlite:") {
+        "sqlite"
+    } else {
+        "postgres"
+    }
+}

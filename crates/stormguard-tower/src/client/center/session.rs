@@ -1,0 +1,332 @@
+//! The watch's loop: connect, apply what arrives, acknowledge, poll, reconnect.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use stormguard::policy::PolicyFile;
+use stormguard::retry::{RandomSource, SeededRandom};
+use tokio::sync::watch;
+
+use super::sse::SseParser;
+use super::{CenterState, CenterWatchConfig};
+use crate::client::live::Policies;
+use crate::observe::Observer;
+
+/// The largest event (one version's snapshot) accepted: policy files are far smaller.
+const MAX_EVENT: usize = 4 * 1024 * 1024;
+
+/// A version as the center sends it (the `Snapshot` of `stormguard-center`), and as the
+/// last-good file keeps it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Snapshot {
+    version: u64,
+    hash: String,
+    policy: String,
+}
+
+pub(super) struct Session<O> {
+    policies: Policies<O>,
+    config: CenterWatchConfig,
+    client: reqwest::Client,
+    state: watch::Sender<CenterState>,
+}
+
+impl<O: Observer> Session<O> {
+    pub(super) fn new(
+        policies: Policies<O>,
+        config: CenterWatchConfig,
+        client: reqwest::Client,
+        state: watch::Sender<CenterState>,
+    ) -> Self {
+        Session {
+            policies,
+            config,
+            client,
+            state,
+        }
+    }
+
+    pub(super) async fn run(self) {
+        self.start_from_last_good();
+        let random = match self.config.seed {
+            Some(seed) => SeededRandom::new(seed),
+            None => SeededRandom::from_entropy(),
+        };
+        let mut rng = random.rng();
+        let mut failures = 0u32;
+        let mut previous = None;
+        loop {
+            let opened = self.connect().await;
+            self.state.send_modify(|s| s.connected = false);
+            if let Err(error) = &opened {
+                self.note(error);
+            }
+            // A connection that delivered starts the count again.
+            failures = if matches!(opened, Ok(true)) {
+                1
+            } else {
+                failures.saturating_add(1)
+            };
+            if let Err(error) = self.poll().await {
+                self.note(&error);
+            }
+            let delay = self.config.backoff.delay(failures, previous, &mut rng);
+            previous = Some(delay);
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    fn note(&self, error: &str) {
+        self.state
+            .send_modify(|s| s.last_error = Some(error.to_owned()));
+    }
+
+    fn applied(&self) -> Option<u64> {
+        self.state.borrow().applied
+    }
+
+    fn start_from_last_good(&self) {
+        let Some(path) = &self.config.last_good else {
+            return;
+        };
+        if !path.exists() {
+            return;
+        }
+        let loaded = std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| serde_json::from_str::<Snapshot>(&text).map_err(|e| e.to_string()))
+            .and_then(|snapshot| {
+                let file = PolicyFile::from_toml(&snapshot.policy).map_err(|e| e.to_string())?;
+                self.policies.swap(&file).map_err(|e| e.to_string())?;
+                Ok(snapshot.version)
+            });
+        match loaded {
+            Ok(version) => self.state.send_modify(|s| s.applied = Some(version)),
+            Err(error) => self.note(&format!("last-good file {}: {error}", path.display())),
+        }
+    }
+
+    fn url(&self, route: &str) -> String {
+        let labels: Vec<String> = self
+            .config
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        format!(
+            "{}/v1/services/{}/{route}?instance={}&labels={}",
+            self.config.url,
+            encode(&self.config.service),
+            encode(&self.config.instance),
+            encode(&labels.join(","))
+        )
+    }
+
+    /// Follows the center's stream, or its NATS bucket when configured.
+    async fn connect(&self) -> Result<bool, String> {
+        #[cfg(feature = "center-nats")]
+        if let Some((url, bucket)) = &self.config.nats {
+            return self.bucket(url, bucket).await;
+        }
+        self.stream().await
+    }
+
+    /// Watches the service's key in the NATS bucket until the watch ends.
+    #[cfg(feature = "center-nats")]
+    async fn bucket(&self, url: &str, bucket: &str) -> Result<bool, String> {
+        use futures_util::StreamExt as _;
+        let client = async_nats::connect(url)
+            .await
+            .map_err(|e| format!("nats {url}: {e}"))?;
+        let store = async_nats::jetstream::new(client)
+            .get_key_value(bucket)
+            .await
+            .map_err(|e| format!("nats bucket {bucket}: {e}"))?;
+        let mut entries = store
+            .watch_with_history(&self.config.service)
+            .await
+            .map_err(|e| format!("nats watch: {e}"))?;
+        self.state.send_modify(|s| {
+            s.connected = true;
+            s.connections += 1;
+        });
+        let mut poll = tokio::time::interval_at(
+            tokio::time::Instant::now() + self.config.poll_interval,
+            self.config.poll_interval,
+        );
+        loop {
+            tokio::select! {
+                entry = entries.next() => match entry {
+                    None => return Ok(true),
+                    Some(Err(error)) => return Err(format!("nats watch: {error}")),
+                    Some(Ok(entry)) => {
+                        if entry.operation != async_nats::jetstream::kv::Operation::Put {
+                            continue;
+                        }
+                        match serde_json::from_slice::<Snapshot>(&entry.value) {
+                            // Stable versions only grow: an older one arriving late is stale.
+                            Ok(snapshot) if self.applied().is_some_and(|v| v >= snapshot.version) => {}
+                            Ok(snapshot) => self.apply(snapshot).await,
+                            Err(error) => self.note(&format!("a version in the bucket is not JSON: {error}")),
+                        }
+                    }
+                },
+                _ = poll.tick() => {
+                    if let Err(error) = self.poll().await {
+                        self.note(&error);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One stream, until it ends: `Ok(true)` when it opened, `Err` when it could not.
+    async fn stream(&self) -> Result<bool, String> {
+        let mut request = self
+            .client
+            .get(self.url("watch"))
+            .bearer_auth(&self.config.token)
+            .header("accept", "text/event-stream");
+        if let Some(version) = self.applied() {
+            request = request.header("last-event-id", version.to_string());
+        }
+        let mut response = request.send().await.map_err(|e| format!("watch: {e}"))?;
+        if !response.status().is_success() {
+            return Err(format!("watch: the center answered {}", response.status()));
+        }
+        self.state.send_modify(|s| {
+            s.connected = true;
+            s.connections += 1;
+        });
+        let mut parser = SseParser::new(MAX_EVENT);
+        let mut poll = tokio::time::interval_at(
+            tokio::time::Instant::now() + self.config.poll_interval,
+            self.config.poll_interval,
+        );
+        loop {
+            tokio::select! {
+                chunk = response.chunk() => {
+                    let Ok(Some(chunk)) = chunk else { return Ok(true) };
+                    let events = parser.push(&chunk).map_err(|e| e.to_string())?;
+                    for event in events {
+                        if event.event.as_deref() == Some("policy") {
+                            self.apply_text(&event.data).await;
+                        }
+                    }
+                }
+                _ = poll.tick() => {
+                    if let Err(error) = self.poll().await {
+                        self.note(&error);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The conditional poll: fetches the version the instance should run unless it is the
+    /// one in use.
+    async fn poll(&self) -> Result<(), String> {
+        let mut request = self
+            .client
+            .get(self.url("policy"))
+            .bearer_auth(&self.config.token);
+        if let Some(version) = self.applied() {
+            request = request.header("if-none-match", format!("\"{version}\""));
+        }
+        let response = request.send().await.map_err(|e| format!("poll: {e}"))?;
+        match response.status().as_u16() {
+            304 | 404 => Ok(()),
+            200 => {
+                let body = response.text().await.map_err(|e| format!("poll: {e}"))?;
+                self.apply_text(&body).await;
+                Ok(())
+            }
+            status => Err(format!("poll: the center answered {status}")),
+        }
+    }
+
+    async fn apply_text(&self, text: &str) {
+        match serde_json::from_str::<Snapshot>(text) {
+            Ok(snapshot) => self.apply(snapshot).await,
+            Err(error) => self.note(&format!("a version the center sent is not JSON: {error}")),
+        }
+    }
+
+    async fn apply(&self, snapshot: Snapshot) {
+        if self.applied() == Some(snapshot.version) {
+            return;
+        }
+        let swapped = PolicyFile::from_toml(&snapshot.policy)
+            .map_err(|e| e.to_string())
+            .and_then(|file| self.policies.swap(&file).map_err(|e| e.to_string()));
+        match swapped {
+            Ok(()) => {
+                self.state
+                    .send_modify(|s| s.applied = Some(snapshot.version));
+                if let Some(path) = &self.config.last_good {
+                    if let Err(error) = write_last_good(path, &snapshot) {
+                        self.note(&format!("last-good file {}: {error}", path.display()));
+                    }
+                }
+                self.acknowledge(snapshot.version, None).await;
+            }
+            Err(reason) => {
+                self.state.send_modify(|s| {
+                    s.refused += 1;
+                    s.last_error = Some(format!("version {}: {reason}", snapshot.version));
+                });
+                self.acknowledge(snapshot.version, Some(reason)).await;
+            }
+        }
+    }
+
+    async fn acknowledge(&self, version: u64, refused: Option<String>) {
+        let body = serde_json::json!({
+            "instance": self.config.instance,
+            "version": version,
+            "applied": refused.is_none(),
+            "reason": refused,
+        });
+        let sent = self
+            .client
+            .post(format!(
+                "{}/v1/services/{}/acks",
+                self.config.url,
+                encode(&self.config.service)
+            ))
+            .bearer_auth(&self.config.token)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await;
+        match sent {
+            Ok(response) if response.status().is_success() => {}
+            Ok(response) => self.note(&format!("ack: the center answered {}", response.status())),
+            Err(error) => self.note(&format!("ack: {error}")),
+        }
+    }
+}
+
+/// Writes the file whole or not at all: a new file renamed over the old one.
+fn write_last_good(path: &Path, snapshot: &Snapshot) -> std::io::Result<()> {
+    let text = serde_json::to_string(snapshot).map_err(std::io::Error::other)?;
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    std::fs::write(&temporary, text)?;
+    std::fs::rename(&temporary, path)
+}
+
+/// Percent-encodes a query value (everything but the unreserved characters).
+fn encode(value: &str) -> String {
+    use std::fmt::Write as _;
+    value.bytes().fold(String::new(), |mut out, b| {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+        out
+    })
+}
