@@ -77,6 +77,8 @@ pub mod clock;
 pub mod deadline;
 pub mod duration;
 pub mod fault;
+#[cfg(feature = "policy")]
+pub mod graph;
 pub mod health;
 pub mod hedge;
 pub mod limit;

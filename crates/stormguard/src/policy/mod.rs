@@ -66,7 +66,7 @@ mod file;
 pub mod limits;
 mod overrides;
 mod rules;
-mod text;
+pub(crate) mod text;
 mod window;
 
 use std::collections::BTreeMap;
