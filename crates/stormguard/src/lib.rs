@@ -83,6 +83,8 @@ pub mod health;
 pub mod hedge;
 pub mod limit;
 #[cfg(feature = "policy")]
+pub mod lint;
+#[cfg(feature = "policy")]
 pub mod policy;
 pub mod retry;
 pub mod throttle;

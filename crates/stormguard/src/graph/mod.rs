@@ -80,9 +80,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-#[cfg(doc)]
-use crate::policy::PolicyFile;
-use crate::policy::{EndpointPolicy, Location};
+use crate::policy::{EndpointPolicy, Location, PolicyFile};
 
 pub use error::GraphError;
 
@@ -266,6 +264,30 @@ impl CallGraph {
             }
             path.pop();
         }
+    }
+
+    /// This graph with the policies of `file` in place of those its calls refer to by the
+    /// same endpoint name (`policy_ref = "…#NAME"`): how a proposed version of a policy file
+    /// would sit in the graph. `path` becomes those calls' policy file.
+    pub fn with_policy_file(&self, file: &PolicyFile, path: &Path) -> CallGraph {
+        let mut graph = self.clone();
+        for service in graph.services.values_mut() {
+            for endpoint in service.endpoints.values_mut() {
+                for call in &mut endpoint.calls {
+                    let PolicyOrigin::File { endpoint: name, .. } = &call.origin else {
+                        continue;
+                    };
+                    if let Some(policy) = file.endpoint(name) {
+                        call.policy = policy.clone();
+                        call.origin = PolicyOrigin::File {
+                            path: path.to_owned(),
+                            endpoint: name.clone(),
+                        };
+                    }
+                }
+            }
+        }
+        graph
     }
 
     /// Every call with the service and endpoint that makes it.

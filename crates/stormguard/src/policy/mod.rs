@@ -61,6 +61,7 @@
 //! the first instant the zone's clock reads its time or later.
 
 mod budget;
+pub mod diff;
 mod error;
 mod file;
 pub mod limits;
