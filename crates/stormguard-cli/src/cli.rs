@@ -39,6 +39,12 @@ pub(crate) enum Command {
         #[command(subcommand)]
         scenario: Scenario,
     },
+    /// Lint and review policy files: `policy lint`, `policy diff`.
+    Policy {
+        /// The policy command.
+        #[command(subcommand)]
+        command: crate::governance::PolicyCommand,
+    },
     /// Run a reference service under load and faults, and check its invariants.
     Demo {
         /// The demo.
