@@ -69,6 +69,8 @@
 //! ```
 
 pub mod admission;
+#[cfg(feature = "policy")]
+pub mod advise;
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
