@@ -45,6 +45,12 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: crate::governance::PolicyCommand,
     },
+    /// Advise policy values from measured data: `advise timeouts`.
+    Advise {
+        /// The advice.
+        #[command(subcommand)]
+        command: crate::governance::advise::AdviseCommand,
+    },
     /// Run a reference service under load and faults, and check its invariants.
     Demo {
         /// The demo.

@@ -60,6 +60,7 @@ pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
         Command::Simulate { scenario } => scenario,
         Command::Demo { demo } => return crate::demo::run(demo),
         Command::Policy { command } => return crate::governance::run_policy(command),
+        Command::Advise { command } => return crate::governance::advise::run(command),
     };
     match scenario {
         Scenario::Storm(a) => {

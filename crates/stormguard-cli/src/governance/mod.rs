@@ -16,6 +16,7 @@
 //! The report is printed on stdout in every case, so a CI job can both gate on the status and
 //! upload the SARIF or post the markdown.
 
+pub(crate) mod advise;
 mod diff;
 mod lint;
 mod sarif;
