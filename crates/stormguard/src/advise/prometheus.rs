@@ -51,11 +51,12 @@ impl Histogram {
     /// ```
     /// use stormguard::advise::prometheus::Histogram;
     /// let h = Histogram::new([(0.1, 50.0), (0.2, 100.0), (f64::INFINITY, 100.0)]);
-    /// assert_eq!(h.quantile(0.75), Some(0.15));
+    /// assert_eq!(h.quantile(0.5), Some(0.1));
+    /// assert!((h.quantile(0.75).unwrap() - 0.15).abs() < 1e-12);
     /// ```
     pub fn quantile(&self, q: f64) -> Option<f64> {
         let &(last, observations) = self.buckets.last()?;
-        if last != f64::INFINITY || self.buckets.len() < 2 || !(observations > 0.0) {
+        if last != f64::INFINITY || self.buckets.len() < 2 || observations.is_nan() || observations <= 0.0 {
             return None;
         }
         if !(0.0..=1.0).contains(&q) {
@@ -126,7 +127,7 @@ pub fn parse(
         let name_end = line
             .find(|c: char| c == '{' || c.is_whitespace())
             .unwrap_or(line.len());
-        if &line[..name_end] != series {
+        if line[..name_end] != series {
             continue;
         }
         let (labels, rest) = if line[name_end..].starts_with('{') {
@@ -171,8 +172,11 @@ fn parse_float(s: &str) -> Option<f64> {
     }
 }
 
+/// A series' labels: (name, value) pairs.
+type Labels = Vec<(String, String)>;
+
 /// The labels of `{a="1",b="2"} …` (the text after the `{`), and the rest after the `}`.
-fn labels(mut s: &str) -> Result<(Vec<(String, String)>, &str), String> {
+fn labels(mut s: &str) -> Result<(Labels, &str), String> {
     let mut out = Vec::new();
     loop {
         s = s.trim_start();
