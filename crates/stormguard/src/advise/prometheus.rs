@@ -56,7 +56,11 @@ impl Histogram {
     /// ```
     pub fn quantile(&self, q: f64) -> Option<f64> {
         let &(last, observations) = self.buckets.last()?;
-        if last != f64::INFINITY || self.buckets.len() < 2 || observations.is_nan() || observations <= 0.0 {
+        if last != f64::INFINITY
+            || self.buckets.len() < 2
+            || observations.is_nan()
+            || observations <= 0.0
+        {
             return None;
         }
         if !(0.0..=1.0).contains(&q) {

@@ -155,3 +155,57 @@ fn policy_references_use_the_policy_loader() {
     assert!(matches!(err, GraphError::Policy { .. }), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+mod props {
+    use proptest::prelude::*;
+
+    use super::super::CallGraph;
+    use crate::lint::{LintConfig, Rule, lint_graph};
+
+    /// A chain of `attempts.len()` calls, service i calling service i + 1.
+    fn chain(attempts: &[u32]) -> String {
+        let mut text = String::new();
+        for (i, n) in attempts.iter().enumerate() {
+            text.push_str(&format!(
+                "[[services.s{i}.endpoints.\"GET /\".calls]]\nto = \"s{}\"\nendpoint = \"GET /\"\npolicy = {{ retry = {{ max_attempts = {n} }} }}\n",
+                i + 1
+            ));
+        }
+        text.push_str(&format!(
+            "[services.s{}.endpoints.\"GET /\"]\n",
+            attempts.len()
+        ));
+        text
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_is_a_graph_or_an_error(text in "(?s).{0,400}") {
+            let _ = CallGraph::from_toml(&text);
+            let _ = CallGraph::from_json(&text);
+        }
+
+        #[test]
+        fn any_graph_like_text_is_a_graph_or_an_error(
+            text in "(\\[\\[?services\\.[ab]( endpoints\\.\"[GET /]{1,5}\")?(\\.calls)?\\]\\]?\n(to|endpoint|policy|policy_ref|latency|retry_signal) = (\"[ab]\"|\\{\\}|true|\"x#y\"|\\{ p99 = \"1s\" \\})\n){0,8}"
+        ) {
+            if let Ok(graph) = CallGraph::from_toml(&text) {
+                let _ = lint_graph(&graph, &LintConfig::default());
+            }
+        }
+
+        #[test]
+        fn a_chains_amplification_is_the_product_of_its_attempts(attempts in proptest::collection::vec(1u32..=5, 1..5)) {
+            let graph = CallGraph::from_toml(&chain(&attempts)).unwrap();
+            prop_assert_eq!(graph.paths().len(), 1);
+            let product: u32 = attempts.iter().product();
+            let findings = lint_graph(&graph, &LintConfig::default());
+            let amp = findings.iter().find(|f| f.rule == Rule::Amplification);
+            prop_assert_eq!(amp.is_some(), product > 10, "{:?}", findings);
+            if let Some(amp) = amp {
+                let expected = format!("{product}x");
+                prop_assert!(amp.message.contains(&expected), "{}", amp.message);
+            }
+        }
+    }
+}
