@@ -1,6 +1,7 @@
 # --- stormguard-idempotency: database and broker servers for the store tests ---------------
 # Source this from .ci/run before `cargo test` (it exports variables). It starts PostgreSQL,
-# MariaDB, Redis, RabbitMQ and NATS (with JetStream) if they are down, waits (bounded) until
+# MariaDB, Redis, RabbitMQ and NATS (with JetStream) if they are down (and Prometheus, for the
+# `advise timeouts` test; see the end of this file), waits (bounded) until
 # each answers, makes sure the `test` databases exist, exports
 # STORMGUARD_TEST_{POSTGRES,MYSQL,REDIS,AMQP,NATS}_URL and STORMGUARD_REQUIRE_ALL_STORES=1 (so
 # a store or broker test can never silently skip in CI), and exits non-zero with a clear
@@ -94,3 +95,31 @@ echo "ci: store and broker test URLs exported"
 #   cargo test -p stormguard-idempotency --all-features
 #   cargo clippy -p stormguard-idempotency --all-features --all-targets -- -D warnings
 # -----------------------------------------------------------------------------------------
+
+# Prometheus (Debian's `prometheus`) for `advise timeouts --prometheus`: scrapes the test
+# service that crates/stormguard-cli/tests/advise.rs serves on 127.0.0.1:19091, every second.
+SG_PROM_DIR=/tmp/stormguard-ci-prometheus
+if ! curl -sf http://127.0.0.1:19090/-/ready >/dev/null 2>&1; then
+    command -v prometheus >/dev/null 2>&1 \
+        || apt-get install -y -q prometheus >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null; } \
+        || sg_fail "cannot install Debian's prometheus"
+    echo "ci: starting Prometheus"
+    mkdir -p "$SG_PROM_DIR/data"
+    cat >"$SG_PROM_DIR/prometheus.yml" <<'YAML'
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: stormguard-advise-test
+    static_configs:
+      - targets: ["127.0.0.1:19091"]
+YAML
+    start-stop-daemon --start --oknodo --background --exec /usr/bin/prometheus -- \
+        --config.file="$SG_PROM_DIR/prometheus.yml" --storage.tsdb.path="$SG_PROM_DIR/data" \
+        --storage.tsdb.retention.time=1d --web.listen-address=127.0.0.1:19090 \
+        || echo "ci: start-stop-daemon failed for prometheus; waiting anyway" >&2
+fi
+sg_wait Prometheus 60 curl -sf http://127.0.0.1:19090/-/ready
+export STORMGUARD_TEST_PROMETHEUS_URL=http://127.0.0.1:19090
+export STORMGUARD_TEST_PROMETHEUS_TARGET=127.0.0.1:19091

@@ -41,14 +41,21 @@ pub(crate) enum Command {
     },
     /// Run a policy center: versioned policies pushed to every instance.
     Center(crate::center::CenterArgs),
-    /// Policies on a policy center: push, get, history, rollback, status, audit.
+    /// Policy files: lint and review them (`lint`, `diff`), and manage them on a policy
+    /// center (`push`, `get`, `history`, `rollback`, `status`, `audit`, `promote`, `abort`).
     Policy {
-        /// Where the center is, and who asks.
+        /// Where the center is, and who asks (the center commands only).
         #[command(flatten)]
         remote: crate::policy_center::Remote,
         /// The command.
         #[command(subcommand)]
-        command: crate::policy_center::PolicyCenter,
+        command: crate::governance::PolicyCommand,
+    },
+    /// Advise policy values from measured data: `advise timeouts`.
+    Advise {
+        /// The advice.
+        #[command(subcommand)]
+        command: crate::governance::advise::AdviseCommand,
     },
     /// Run a reference service under load and faults, and check its invariants.
     Demo {

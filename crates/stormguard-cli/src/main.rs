@@ -10,11 +10,16 @@
 //! load and chaos harness (the `payment-callback` program of `examples/payment-callback`, see
 //! `demo.rs` for how it is found) and prints the verification table; a violated invariant
 //! exits with status 1.
+//!
+//! `stormguard policy lint` and `stormguard policy diff` lint and review policy files and
+//! call graphs for CI (module `governance`): findings and judged changes as tables, JSON,
+//! SARIF 2.1.0 or markdown; exit status 1 when something at or above `--fail-on` is found.
 
 mod bar;
 mod center;
 mod cli;
 mod demo;
+mod governance;
 mod help;
 mod parse;
 mod plot;

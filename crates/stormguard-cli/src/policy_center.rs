@@ -37,6 +37,19 @@ pub(crate) struct Remote {
     json: bool,
 }
 
+impl Remote {
+    /// `lint` and `diff` read local files: `--json` (the center's answer as JSON) means
+    /// nothing there, and is refused rather than ignored.
+    pub(crate) fn refuse_for_local_files(&self) -> Result<(), Failure> {
+        if self.json {
+            return Err(Failure::Usage(
+                "--json: only for the center commands; lint and diff take --format json".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The policy commands that talk to a center.
 #[derive(Debug, Subcommand)]
 pub(crate) enum PolicyCenter {

@@ -60,7 +60,10 @@ pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
         Command::Simulate { scenario } => scenario,
         Command::Demo { demo } => return crate::demo::run(demo),
         Command::Center(args) => return crate::center::run(args),
-        Command::Policy { remote, command } => return crate::policy_center::run(remote, command),
+        Command::Policy { remote, command } => {
+            return crate::governance::run_policy(remote, command);
+        }
+        Command::Advise { command } => return crate::governance::advise::run(command),
     };
     match scenario {
         Scenario::Storm(a) => {

@@ -69,6 +69,8 @@
 //! ```
 
 pub mod admission;
+#[cfg(feature = "policy")]
+pub mod advise;
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
@@ -77,9 +79,13 @@ pub mod clock;
 pub mod deadline;
 pub mod duration;
 pub mod fault;
+#[cfg(feature = "policy")]
+pub mod graph;
 pub mod health;
 pub mod hedge;
 pub mod limit;
+#[cfg(feature = "policy")]
+pub mod lint;
 #[cfg(feature = "policy")]
 pub mod policy;
 pub mod retry;

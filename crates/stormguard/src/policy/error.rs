@@ -77,7 +77,7 @@ pub struct Location {
 
 impl Location {
     /// The location of byte `offset` of `text`.
-    pub(super) fn of(text: &str, offset: usize) -> Self {
+    pub(crate) fn of(text: &str, offset: usize) -> Self {
         let before = text.get(..offset.min(text.len())).unwrap_or(text);
         let line_start = before.rfind('\n').map_or(0, |i| i + 1);
         Location {

@@ -61,12 +61,13 @@
 //! the first instant the zone's clock reads its time or later.
 
 mod budget;
+pub mod diff;
 mod error;
 mod file;
 pub mod limits;
 mod overrides;
 mod rules;
-mod text;
+pub(crate) mod text;
 mod window;
 
 use std::collections::BTreeMap;

@@ -20,7 +20,7 @@ use crate::duration::{MAX_QUOTED, cut};
 
 /// The two formats a policy is written in.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Format {
+pub(crate) enum Format {
     Toml,
     Json,
 }
@@ -215,7 +215,7 @@ fn path(path: &serde_path_to_error::Path) -> String {
 
 /// One step of a field path: a table's key, or a list's element (`windows[0]`).
 #[derive(Clone, Copy)]
-enum Key<'a> {
+pub(crate) enum Key<'a> {
     Name(&'a str),
     Index(usize),
 }
@@ -236,7 +236,7 @@ impl<'a> Key<'a> {
 }
 
 /// The byte offset of the deepest of `keys` the TOML text writes.
-fn toml_offset(text: &str, keys: &[Key<'_>]) -> usize {
+pub(crate) fn toml_offset(text: &str, keys: &[Key<'_>]) -> usize {
     let Ok(root) = toml::de::DeTable::parse(text) else {
         return 0;
     };
@@ -256,7 +256,7 @@ fn toml_offset(text: &str, keys: &[Key<'_>]) -> usize {
 }
 
 /// The byte offset of the deepest of `keys` the JSON text writes.
-fn json_offset(text: &str, keys: &[Key<'_>]) -> usize {
+pub(crate) fn json_offset(text: &str, keys: &[Key<'_>]) -> usize {
     let mut offset = 0;
     let mut current = text;
     for key in keys {

@@ -1,0 +1,300 @@
+//! `stormguard advise timeouts` from files, and from a real Prometheus server scraping a test
+//! service: the seeds' worked figures, the same advice both ways, a patch that `policy diff`
+//! and `policy lint` read.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn stormguard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("stormguard-advise-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// 10,000 latencies in ms whose P999 (nearest rank 9,990) is exactly `p999`: a seeded
+/// linear congruential stream below it, that one, and 10 above.
+fn generated(seed: u64, p999: u64) -> Vec<u64> {
+    let mut x = seed;
+    let mut next = |lo: u64, hi: u64| {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        lo + (x >> 33) % (hi - lo)
+    };
+    let mut out: Vec<u64> = (0..9_989).map(|_| next(5, p999 * 9 / 10)).collect();
+    out.push(p999);
+    out.extend((0..10).map(|_| next(p999 + 1, p999 * 3)));
+    out
+}
+
+const BOUNDS: [f64; 8] = [0.05, 0.1, 0.25, 0.5, 1.0, 1.2, 2.5, 5.0];
+
+/// The Prometheus text exposition of `samples` (ms) as histogram `lat`, with `labels`.
+fn exposition(samples: &[u64], labels: &str, scale: u64) -> String {
+    let mut text = String::from("# TYPE lat histogram\n");
+    for le in BOUNDS {
+        #[allow(clippy::cast_precision_loss)]
+        let count = samples
+            .iter()
+            .filter(|ms| **ms as f64 / 1000.0 <= le)
+            .count() as u64;
+        text.push_str(&format!(
+            "lat_bucket{{{labels}le=\"{le}\"}} {}\n",
+            count * scale
+        ));
+    }
+    text.push_str(&format!(
+        "lat_bucket{{{labels}le=\"+Inf\"}} {}\n",
+        samples.len() as u64 * scale
+    ));
+    text
+}
+
+fn advice(args: &[&str]) -> Vec<Value> {
+    let o = stormguard(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_str::<Value>(&String::from_utf8(o.stdout).unwrap())
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn the_seeds_figures_from_csv_and_a_snapshot() {
+    let normal = generated(1, 1200);
+    let csv = temp("normal.csv");
+    let mut text = String::from("endpoint,latency_ms\n");
+    for ms in &normal {
+        text.push_str(&format!("GET /search,{ms}\n"));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let from_csv = advice(&[
+        "advise",
+        "timeouts",
+        "--normal",
+        csv.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(from_csv[0]["endpoint"], "GET /search");
+    assert_eq!(from_csv[0]["normal"]["p999"], "1200ms");
+    assert_eq!(from_csv[0]["timeout"], "1500ms");
+    assert_eq!(from_csv[0]["rule"], "initial");
+
+    let prom = temp("normal.prom");
+    std::fs::write(&prom, exposition(&normal, "endpoint=\"GET /search\",", 1)).unwrap();
+    let stress = temp("stress.prom");
+    std::fs::write(
+        &stress,
+        exposition(&generated(2, 2500), "endpoint=\"GET /search\",", 1),
+    )
+    .unwrap();
+    let both = advice(&[
+        "advise",
+        "timeouts",
+        "--normal",
+        prom.to_str().unwrap(),
+        "--stress",
+        stress.to_str().unwrap(),
+        "--metric",
+        "lat",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(both[0]["normal"]["p999"], "1200ms");
+    assert_eq!(both[0]["stress"]["p999"], "2500ms");
+    // 0.7 x 1200 + 0.3 x 2500 + 200 ms
+    assert_eq!(both[0]["timeout"], "1790ms");
+    assert_eq!(both[0]["rule"], "0.7/0.3");
+}
+
+#[test]
+fn the_patch_is_read_by_diff_and_lint() {
+    let csv = temp("pay.csv");
+    let mut text = String::from("endpoint,latency_ms\n");
+    for ms in generated(3, 1200) {
+        text.push_str(&format!("POST /pay,{ms}\n"));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let base = temp("base.toml");
+    std::fs::write(
+        &base,
+        "[endpoints.\"POST /pay\"]\ntimeouts = { overall = \"1s\" }\nretry = { max_attempts = 2 }\nbudget = { kind = \"grpc\", max_tokens = 10, token_ratio = 0.1 }\n",
+    )
+    .unwrap();
+    let patch = temp("patched.toml");
+    let o = stormguard(&[
+        "advise",
+        "timeouts",
+        "--normal",
+        csv.to_str().unwrap(),
+        "--base",
+        base.to_str().unwrap(),
+        "--patch",
+        patch.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8(o.stdout).unwrap().contains("1500ms"));
+    let diff = stormguard(&[
+        "policy",
+        "diff",
+        base.to_str().unwrap(),
+        patch.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let review: Value = serde_json::from_slice(&diff.stdout).unwrap();
+    let field = &review["diff"]["endpoints"][0]["fields"][0];
+    assert_eq!(
+        (
+            field["field"].as_str(),
+            field["old"].as_str(),
+            field["new"].as_str()
+        ),
+        (Some("timeouts.overall"), Some("1s"), Some("1500ms"))
+    );
+    let lint = stormguard(&["policy", "lint", patch.to_str().unwrap()]);
+    assert_eq!(
+        lint.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&lint.stdout)
+    );
+}
+
+#[test]
+fn bad_latency_files_exit_2() {
+    let csv = temp("bad.csv");
+    std::fs::write(&csv, "endpoint,latency_ms\na,-1\n").unwrap();
+    let o = stormguard(&["advise", "timeouts", "--normal", csv.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("line 2"));
+    assert_eq!(stormguard(&["advise", "timeouts"]).status.code(), Some(2));
+}
+
+/// The Prometheus server of .ci/stores.sh (Debian's `prometheus`), scraping
+/// STORMGUARD_TEST_PROMETHEUS_TARGET every second; without it this test says SKIPPED, and
+/// fails when STORMGUARD_REQUIRE_ALL_STORES=1.
+#[test]
+fn a_prometheus_server_gives_the_same_advice_as_the_snapshot() {
+    let (Ok(url), Ok(target)) = (
+        std::env::var("STORMGUARD_TEST_PROMETHEUS_URL"),
+        std::env::var("STORMGUARD_TEST_PROMETHEUS_TARGET"),
+    ) else {
+        assert!(
+            std::env::var("STORMGUARD_REQUIRE_ALL_STORES").as_deref() != Ok("1"),
+            "STORMGUARD_TEST_PROMETHEUS_URL/_TARGET are not set but STORMGUARD_REQUIRE_ALL_STORES=1"
+        );
+        eprintln!(
+            "SKIPPED a_prometheus_server_gives_the_same_advice_as_the_snapshot: STORMGUARD_TEST_PROMETHEUS_URL and _TARGET are not set (source .ci/stores.sh)"
+        );
+        return;
+    };
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let labels = format!("endpoint=\"GET /search\",run=\"{run}\",");
+    let samples = generated(4, 1200);
+    let full = exposition(&samples, &labels, 1);
+    let zero = exposition(&samples, &labels, 0);
+    let scrapes = Arc::new(AtomicUsize::new(0));
+
+    // The test service: zero counts on the first scrape, all of them from the second on, so
+    // the increase over the window is exactly the snapshot's counts.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(&target))
+        .unwrap();
+    let served = scrapes.clone();
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let n = served.fetch_add(1, Ordering::SeqCst);
+            let body = if n == 0 { zero.clone() } else { full.clone() };
+            async move { body }
+        }),
+    );
+    runtime.spawn(async move { axum::serve(listener, app).await });
+
+    let snapshot = temp("server-snapshot.prom");
+    std::fs::write(&snapshot, exposition(&samples, &labels, 1)).unwrap();
+    let from_file = advice(&[
+        "advise",
+        "timeouts",
+        "--normal",
+        snapshot.to_str().unwrap(),
+        "--metric",
+        "lat",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(from_file[0]["timeout"], "1500ms");
+
+    // Bounded wait for the scrapes (1 s apart) and the answer.
+    let selector = format!("run=\"{run}\"");
+    let started = Instant::now();
+    let from_server = loop {
+        if scrapes.load(Ordering::SeqCst) >= 3 {
+            let o = stormguard(&[
+                "advise",
+                "timeouts",
+                "--prometheus",
+                &url,
+                "--normal-range",
+                "5m",
+                "--selector",
+                &selector,
+                "--metric",
+                "lat",
+                "--format",
+                "json",
+            ]);
+            let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+            if o.status.success() {
+                break serde_json::from_slice::<Vec<Value>>(&o.stdout).unwrap();
+            }
+            // Until the samples are in, the server has no answer for this run's series.
+            assert!(stderr.contains("no latency data"), "{stderr}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "Prometheus at {url} did not scrape {target} in 90 s"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(from_server[0]["endpoint"], "GET /search");
+    assert_eq!(from_server[0]["timeout"], from_file[0]["timeout"]);
+    assert_eq!(from_server[0]["normal"]["p999"], "1200ms");
+    assert_eq!(
+        from_server[0]["normal"]["p50"],
+        from_file[0]["normal"]["p50"]
+    );
+}

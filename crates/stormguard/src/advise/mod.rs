@@ -1,0 +1,192 @@
+//! Timeouts set from data: latency percentiles per endpoint, the seeds' timeout rule, the P99
+//! alarm, and the result as a policy patch.
+//!
+//! # Why
+//!
+//! A timeout set by feel is either too short (a share of healthy calls time out and are
+//! retried: load for nothing) or too long (a slow downstream holds every caller's threads).
+//! The seeds set it from measured latency (003 §2.2):
+//!
+//! 1. a baseline: the endpoint's latency over a quiet period (7 days); its P999 anchors the
+//!    timeout — "a search endpoint's P999 is 1200 ms, so the initial timeout can be 1500 ms"
+//!    ([`INITIAL_FACTOR`] × P999);
+//! 2. a stress run at 120 % of peak: its P999 rises (2500 ms), and the final timeout is
+//!    **0.7 × normal P999 + 0.3 × stress P999 + 200 ms** ([`seeds_timeout`]);
+//! 3. an alarm when the P99 stays above 80 % of the timeout ([`ALARM_SHARE`]) for 5 minutes.
+//!
+//! [`advise`] applies this to the [`Percentiles`] of each endpoint, from whatever source
+//! (a CSV of latencies: [`csv`]; a Prometheus text exposition snapshot: [`prometheus`];
+//! a Prometheus server's `histogram_quantile`, queried by the CLI), and [`patch`] turns the
+//! advice into a [`PolicyFile`] that `policy diff` and `policy lint` read like any other.
+//!
+//! ```
+//! use std::time::Duration;
+//! use stormguard::advise::{Percentiles, advise};
+//!
+//! let ms = Duration::from_millis;
+//! let normal = Percentiles { p50: ms(80), p90: ms(300), p99: ms(900), p999: ms(1200) };
+//! assert_eq!(advise(&normal, None).timeout, ms(1500));
+//! let stress = Percentiles { p999: ms(2500), ..normal };
+//! assert_eq!(advise(&normal, Some(&stress)).timeout, ms(1790));
+//! ```
+
+pub mod csv;
+mod error;
+pub mod prometheus;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::policy::{EndpointPolicy, PolicyError, PolicyFile};
+use crate::retry::RetryPolicy;
+
+pub use error::AdviseError;
+
+/// The initial timeout from a baseline alone is this × its P999 (the seeds' 1200 ms → 1500 ms).
+pub const INITIAL_FACTOR: f64 = 1.25;
+/// The weight of the normal P999 in the seeds' rule.
+pub const NORMAL_WEIGHT: f64 = 0.7;
+/// The weight of the stress P999 in the seeds' rule.
+pub const STRESS_WEIGHT: f64 = 0.3;
+/// The safety margin of the seeds' rule.
+pub const MARGIN: Duration = Duration::from_millis(200);
+/// The P99 alarm fires above this share of the timeout.
+pub const ALARM_SHARE: f64 = 0.8;
+/// Advised timeouts are rounded up to a multiple of this.
+pub const ROUND_TO: Duration = Duration::from_millis(10);
+
+/// Latency percentiles of one endpoint over one window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Percentiles {
+    /// The median.
+    #[serde(with = "crate::duration::serde_duration")]
+    pub p50: Duration,
+    /// The 90th percentile.
+    #[serde(with = "crate::duration::serde_duration")]
+    pub p90: Duration,
+    /// The 99th percentile.
+    #[serde(with = "crate::duration::serde_duration")]
+    pub p99: Duration,
+    /// The 99.9th percentile.
+    #[serde(with = "crate::duration::serde_duration")]
+    pub p999: Duration,
+}
+
+impl Percentiles {
+    /// The percentiles of `samples` by nearest rank (the smallest sample with at least
+    /// q × n samples at or below it); `None` for no samples.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use stormguard::advise::Percentiles;
+    /// let samples: Vec<Duration> = (1..=1000).map(Duration::from_millis).collect();
+    /// let p = Percentiles::of_samples(&samples).unwrap();
+    /// assert_eq!((p.p50, p.p999), (Duration::from_millis(500), Duration::from_millis(999)));
+    /// ```
+    pub fn of_samples(samples: &[Duration]) -> Option<Percentiles> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_unstable();
+        let at = |q: f64| {
+            #[allow(
+                clippy::cast_precision_loss,
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss
+            )]
+            let rank = (q * sorted.len() as f64).ceil() as usize;
+            sorted[rank.clamp(1, sorted.len()) - 1]
+        };
+        Some(Percentiles {
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            p999: at(0.999),
+        })
+    }
+}
+
+/// The advice for one endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Advice {
+    /// The baseline window's percentiles.
+    pub normal: Percentiles,
+    /// The stress window's, when given.
+    pub stress: Option<Percentiles>,
+    /// The advised timeout, rounded up to [`ROUND_TO`].
+    #[serde(with = "crate::duration::serde_duration")]
+    pub timeout: Duration,
+    /// Which rule gave it: `"initial"` (1.25 × normal P999) or `"0.7/0.3"` (the seeds' rule).
+    pub rule: &'static str,
+    /// The P99 above which the alarm fires: [`ALARM_SHARE`] × the timeout.
+    #[serde(with = "crate::duration::serde_duration")]
+    pub alarm_above: Duration,
+    /// Whether a window's P99 already is above it (the stress window's when given).
+    pub alarm: bool,
+}
+
+/// 0.7 × `normal_p999` + 0.3 × `stress_p999` + 200 ms, the seeds' rule, unrounded.
+pub fn seeds_timeout(normal_p999: Duration, stress_p999: Duration) -> Duration {
+    normal_p999
+        .mul_f64(NORMAL_WEIGHT)
+        .saturating_add(stress_p999.mul_f64(STRESS_WEIGHT))
+        .saturating_add(MARGIN)
+}
+
+/// The advice from a baseline window and, when there is one, a stress window.
+pub fn advise(normal: &Percentiles, stress: Option<&Percentiles>) -> Advice {
+    let (raw, rule) = match stress {
+        None => (normal.p999.mul_f64(INITIAL_FACTOR), "initial"),
+        Some(s) => (seeds_timeout(normal.p999, s.p999), "0.7/0.3"),
+    };
+    let timeout = round_up(raw);
+    let alarm_above = timeout.mul_f64(ALARM_SHARE);
+    let p99 = stress.map_or(normal.p99, |s| s.p99);
+    Advice {
+        normal: *normal,
+        stress: stress.copied(),
+        timeout,
+        rule,
+        alarm_above,
+        alarm: p99 > alarm_above,
+    }
+}
+
+fn round_up(d: Duration) -> Duration {
+    // Nanosecond float error (1.2 s × 1.25) must not push a whole step up.
+    let step = ROUND_TO.as_nanos();
+    let nanos = d.as_nanos().saturating_sub(1_000);
+    let rounded = nanos.div_ceil(step).saturating_mul(step);
+    Duration::from_nanos(u64::try_from(rounded).unwrap_or(u64::MAX))
+}
+
+/// The advice as a policy file: each advised endpoint's policy from `base` (or a policy of
+/// one attempt when `base` has none) with its attempt timeout set — the per-try timeout when
+/// the policy has one, else the overall timeout. The patch is validated like any policy
+/// file; an error names the endpoint and field the advice could not be set in (a per-try
+/// timeout above the overall one, say).
+pub fn patch(
+    advice: &BTreeMap<String, Advice>,
+    base: Option<&PolicyFile>,
+) -> Result<PolicyFile, PolicyError> {
+    let mut endpoints = BTreeMap::new();
+    for (name, a) in advice {
+        let policy = match base.and_then(|b| b.endpoint(name)) {
+            Some(p) if p.retry().per_try_timeout().is_some() => p
+                .clone()
+                .with_retry(p.retry().with_per_try_timeout(a.timeout)),
+            Some(p) => p.clone().with_overall_timeout(a.timeout),
+            None => EndpointPolicy::new(RetryPolicy::new(1)).with_overall_timeout(a.timeout),
+        };
+        endpoints.insert(name.clone(), policy);
+    }
+    let file = PolicyFile::new(endpoints);
+    // Read back through the loader: every rule is checked and errors name the field.
+    PolicyFile::from_toml(&file.to_toml())
+}
+
+#[cfg(test)]
+mod tests;

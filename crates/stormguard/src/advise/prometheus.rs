@@ -1,0 +1,212 @@
+//! Latency histograms from a Prometheus text exposition snapshot (what a `/metrics` endpoint
+//! serves), and quantiles read from them exactly as Prometheus's `histogram_quantile` does.
+//!
+//! ```text
+//! # TYPE http_request_duration_seconds histogram
+//! http_request_duration_seconds_bucket{endpoint="GET /search",le="0.1"} 950
+//! http_request_duration_seconds_bucket{endpoint="GET /search",le="+Inf"} 1000
+//! ```
+//!
+//! The `METRIC_bucket` series are grouped by one label (the endpoint's) and summed over every
+//! other label, like `sum by (le, endpoint)`. The quantile interpolates linearly inside the
+//! bucket where the rank falls, with the first bucket starting at 0 and a rank in the `+Inf`
+//! bucket answered with the highest finite bound — so the same counts give the same answer
+//! from a snapshot file as from a Prometheus server.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{AdviseError, Percentiles};
+
+/// A cumulative histogram: (upper bound in seconds, count of observations at or below it),
+/// by increasing bound, the last `+Inf`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Histogram {
+    buckets: Vec<(f64, f64)>,
+}
+
+impl Histogram {
+    /// A histogram of these cumulative buckets (any order; bounds given twice are summed).
+    pub fn new(buckets: impl IntoIterator<Item = (f64, f64)>) -> Histogram {
+        let mut h = Histogram::default();
+        for (le, count) in buckets {
+            h.add(le, count);
+        }
+        h
+    }
+
+    fn add(&mut self, le: f64, count: f64) {
+        match self.buckets.iter_mut().find(|(b, _)| *b == le) {
+            Some((_, c)) => *c += count,
+            None => {
+                self.buckets.push((le, count));
+                self.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+            }
+        }
+    }
+
+    /// The `q`-quantile in seconds, as `histogram_quantile(q, …)` computes it; `None` without
+    /// a `+Inf` bucket or observations.
+    ///
+    /// ```
+    /// use stormguard::advise::prometheus::Histogram;
+    /// let h = Histogram::new([(0.1, 50.0), (0.2, 100.0), (f64::INFINITY, 100.0)]);
+    /// assert_eq!(h.quantile(0.5), Some(0.1));
+    /// assert!((h.quantile(0.75).unwrap() - 0.15).abs() < 1e-12);
+    /// ```
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let &(last, observations) = self.buckets.last()?;
+        if last != f64::INFINITY
+            || self.buckets.len() < 2
+            || observations.is_nan()
+            || observations <= 0.0
+        {
+            return None;
+        }
+        if !(0.0..=1.0).contains(&q) {
+            return None;
+        }
+        let rank = q * observations;
+        let b = self.buckets.iter().position(|(_, c)| *c >= rank)?;
+        if b == self.buckets.len() - 1 {
+            return Some(self.buckets[b - 1].0);
+        }
+        let (end, mut count) = self.buckets[b];
+        let (start, mut rank) = (0.0, rank);
+        let start = if b == 0 {
+            if end <= 0.0 {
+                return Some(end);
+            }
+            start
+        } else {
+            let (prev_le, prev_count) = self.buckets[b - 1];
+            count -= prev_count;
+            rank -= prev_count;
+            prev_le
+        };
+        if count <= 0.0 {
+            return Some(end);
+        }
+        Some(start + (end - start) * (rank / count))
+    }
+
+    /// P50, P90, P99 and P999.
+    pub fn percentiles(&self) -> Option<Percentiles> {
+        let at = |q| {
+            self.quantile(q)
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(Duration::from_secs_f64)
+        };
+        Some(Percentiles {
+            p50: at(0.5)?,
+            p90: at(0.9)?,
+            p99: at(0.99)?,
+            p999: at(0.999)?,
+        })
+    }
+}
+
+/// The histograms of `metric` (its `_bucket` series) in `text`, by the value of `label`.
+///
+/// ```
+/// use stormguard::advise::prometheus::parse;
+/// let text = "m_bucket{endpoint=\"GET /\",le=\"0.5\"} 3\nm_bucket{endpoint=\"GET /\",le=\"+Inf\"} 4\n";
+/// let h = &parse(text, "m", "endpoint")?["GET /"];
+/// assert_eq!(h.quantile(0.5), Some(0.5 * 2.0 / 3.0));
+/// # Ok::<(), stormguard::advise::AdviseError>(())
+/// ```
+pub fn parse(
+    text: &str,
+    metric: &str,
+    label: &str,
+) -> Result<BTreeMap<String, Histogram>, AdviseError> {
+    let series = format!("{metric}_bucket");
+    let mut out: BTreeMap<String, Histogram> = BTreeMap::new();
+    for (index, line) in text.lines().enumerate() {
+        let n = index + 1;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let name_end = line
+            .find(|c: char| c == '{' || c.is_whitespace())
+            .unwrap_or(line.len());
+        if line[..name_end] != series {
+            continue;
+        }
+        let (labels, rest) = if line[name_end..].starts_with('{') {
+            labels(&line[name_end + 1..]).map_err(|m| AdviseError::at(n, m))?
+        } else {
+            (Vec::new(), &line[name_end..])
+        };
+        let value = rest
+            .split_whitespace()
+            .next()
+            .ok_or_else(|| AdviseError::at(n, "a sample without a value"))?;
+        let count = parse_float(value)
+            .filter(|c| c.is_finite() && *c >= 0.0)
+            .ok_or_else(|| AdviseError::at(n, format!("{value:?} is not a bucket count")))?;
+        let find = |key: &str| {
+            labels
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        };
+        let le = find("le").ok_or_else(|| AdviseError::at(n, "a bucket without `le`"))?;
+        let le = parse_float(le)
+            .filter(|v| !v.is_nan())
+            .ok_or_else(|| AdviseError::at(n, format!("le {le:?} is not a number")))?;
+        let Some(endpoint) = find(label) else {
+            return Err(AdviseError::at(
+                n,
+                format!("a bucket without the `{label}` label"),
+            ));
+        };
+        out.entry(endpoint.to_owned()).or_default().add(le, count);
+    }
+    Ok(out)
+}
+
+fn parse_float(s: &str) -> Option<f64> {
+    match s {
+        "+Inf" | "Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        "NaN" => Some(f64::NAN),
+        _ => s.parse().ok(),
+    }
+}
+
+/// A series' labels: (name, value) pairs.
+type Labels = Vec<(String, String)>;
+
+/// The labels of `{a="1",b="2"} …` (the text after the `{`), and the rest after the `}`.
+fn labels(mut s: &str) -> Result<(Labels, &str), String> {
+    let mut out = Vec::new();
+    loop {
+        s = s.trim_start();
+        if let Some(rest) = s.strip_prefix('}') {
+            return Ok((out, rest));
+        }
+        let eq = s.find('=').ok_or("a label without `=`")?;
+        let key = s[..eq].trim().to_owned();
+        s = s[eq + 1..].trim_start();
+        s = s.strip_prefix('"').ok_or("a label value is quoted")?;
+        let mut value = String::new();
+        let mut chars = s.char_indices();
+        let end = loop {
+            match chars.next() {
+                None => return Err("a label value is not closed".to_owned()),
+                Some((i, '"')) => break i,
+                Some((_, '\\')) => match chars.next() {
+                    Some((_, 'n')) => value.push('\n'),
+                    Some((_, c)) => value.push(c),
+                    None => return Err("a label value is not closed".to_owned()),
+                },
+                Some((_, c)) => value.push(c),
+            }
+        };
+        out.push((key, value));
+        s = s[end + 1..].trim_start();
+        s = s.strip_prefix(',').unwrap_or(s);
+    }
+}
