@@ -130,16 +130,22 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, StoreUrlError> {
         url: url.to_owned(),
         source,
     };
-    if url == "memory" {
-        return Ok(Arc::new(SqliteStore::memory().await.map_err(open)?));
-    }
-    if let Some(path) = url.strip_prefix("sqlite:") {
-        return Ok(Arc::new(SqliteStore::open(path).await.map_err(open)?));
+    if url == "memory" || url.starts_with("sqlite:") {
+        let store = match url.strip_prefix("sqlite:") {
+            Some(path) => SqliteStore::open(path).await,
+            None => SqliteStore::memory().await,
+        }
+        .map_err(open)?;
+        store.migrate().await.map_err(open)?;
+        return Ok(Arc::new(store));
     }
     #[cfg(feature = "postgres")]
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let store = stormguard_idempotency::store::postgres::PostgresStore::connect(url).await;
-        return Ok(Arc::new(store.map_err(open)?));
+        let store = stormguard_idempotency::store::postgres::PostgresStore::connect(url)
+            .await
+            .map_err(open)?;
+        store.migrate().await.map_err(open)?;
+        return Ok(Arc::new(store));
     }
     #[cfg(feature = "redis")]
     if url.starts_with("redis://") {
