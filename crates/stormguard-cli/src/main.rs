@@ -10,6 +10,9 @@
 //! load and chaos harness (the `payment-callback` program of `examples/payment-callback`, see
 //! `demo.rs` for how it is found) and prints the verification table; a violated invariant
 //! exits with status 1.
+//!
+//! `stormguard proxy egress|ingress` runs the sidecar proxy of `stormguard-proxy` until
+//! Ctrl-C.
 
 mod bar;
 mod cli;
@@ -17,6 +20,7 @@ mod demo;
 mod help;
 mod parse;
 mod plot;
+mod proxy;
 mod render;
 mod run;
 

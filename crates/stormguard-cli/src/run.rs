@@ -59,6 +59,7 @@ pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
     let scenario = match cli.command {
         Command::Simulate { scenario } => scenario,
         Command::Demo { demo } => return crate::demo::run(demo),
+        Command::Proxy { proxy } => return crate::proxy::run(proxy),
     };
     match scenario {
         Scenario::Storm(a) => {

@@ -56,6 +56,7 @@ mod admin;
 mod answer;
 mod config;
 pub mod egress;
+pub mod fault_spec;
 mod forward;
 pub mod ingress;
 mod logging;
