@@ -21,18 +21,60 @@ fn bad_settings_exit_2_and_say_what_is_wrong() {
     let cases: &[(&[&str], &str)] = &[
         (&["proxy", "egress", "--policy", missing], "policy file"),
         (&["proxy", "ingress", "--upstream", "nohost"], "--upstream"),
-        (&["proxy", "ingress", "--upstream", "https://a:1"], "--upstream"),
-        (&["proxy", "egress", "--policy", "p.toml", "--fault-abort", "2:503"], "--fault-abort"),
-        (&["proxy", "egress", "--policy", "p.toml", "--fault-delay", "0.1:soon"], "--fault-delay"),
-        (&["proxy", "ingress", "--upstream", "a:1", "--limit", "magic"], "--limit"),
-        (&["proxy", "ingress", "--upstream", "a:1", "--idempotency", "mongo://x"], "--idempotency"),
-        (&["proxy", "ingress", "--upstream", "a:1", "--workers", "0"], "--workers"),
+        (
+            &["proxy", "ingress", "--upstream", "https://a:1"],
+            "--upstream",
+        ),
+        (
+            &[
+                "proxy",
+                "egress",
+                "--policy",
+                "p.toml",
+                "--fault-abort",
+                "2:503",
+            ],
+            "--fault-abort",
+        ),
+        (
+            &[
+                "proxy",
+                "egress",
+                "--policy",
+                "p.toml",
+                "--fault-delay",
+                "0.1:soon",
+            ],
+            "--fault-delay",
+        ),
+        (
+            &["proxy", "ingress", "--upstream", "a:1", "--limit", "magic"],
+            "--limit",
+        ),
+        (
+            &[
+                "proxy",
+                "ingress",
+                "--upstream",
+                "a:1",
+                "--idempotency",
+                "mongo://x",
+            ],
+            "--idempotency",
+        ),
+        (
+            &["proxy", "ingress", "--upstream", "a:1", "--workers", "0"],
+            "--workers",
+        ),
     ];
     for (args, named) in cases {
         let output = stormguard(args);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(named), "{args:?} should name {named}: {stderr}");
+        assert!(
+            stderr.contains(named),
+            "{args:?} should name {named}: {stderr}"
+        );
     }
 }
 
@@ -48,8 +90,11 @@ fn an_egress_serves_its_admin_port() {
     let dir = std::env::temp_dir().join(format!("stormguard-cli-proxy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let policy = dir.join("policies.toml");
-    std::fs::write(&policy, "[endpoints.\"GET /*\"]\nretry = { max_attempts = 2 }\n")
-        .expect("write");
+    std::fs::write(
+        &policy,
+        "[endpoints.\"GET /*\"]\nretry = { max_attempts = 2 }\n",
+    )
+    .expect("write");
     let (listen, admin) = (free_port(), free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_stormguard"))
         .args(["proxy", "egress", "--policy"])

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -59,7 +59,10 @@ budget = { kind = "grpc", max_tokens = 10, token_ratio = 0.1 }
 "#;
 
 fn main() -> BoxResult<()> {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let flag = |name: &str| {
         args.iter()
             .position(|a| a == name)
@@ -115,9 +118,7 @@ fn upstream(port: u16) -> BoxResult<()> {
                     Arc::clone(&posts),
                 );
                 async move {
-                    let ok = |body: String| {
-                        Response::new(Full::new(Bytes::from(body)))
-                    };
+                    let ok = |body: String| Response::new(Full::new(Bytes::from(body)));
                     if let Some(n) = path.strip_prefix("/__mode/") {
                         fail_every.store(n.parse().unwrap_or(0), Ordering::SeqCst);
                         seq.store(0, Ordering::SeqCst);
@@ -221,8 +222,12 @@ fn load(url: String, rate: u64, seconds: u64, method: String) -> BoxResult<()> {
                         let status = response.status().as_u16();
                         let _ = response.into_body().collect().await;
                         let micros = scheduled.elapsed().as_micros() as u64;
-                        let _ = histogram.lock().map(|mut h| h.saturating_record(micros.max(1)));
-                        let _ = statuses.lock().map(|mut s| *s.entry(status).or_default() += 1);
+                        let _ = histogram
+                            .lock()
+                            .map(|mut h| h.saturating_record(micros.max(1)));
+                        let _ = statuses
+                            .lock()
+                            .map(|mut s| *s.entry(status).or_default() += 1);
                     }
                     Err(_) => {
                         errors.fetch_add(1, Ordering::Relaxed);
@@ -257,8 +262,17 @@ struct Target {
 impl Drop for Target {
     fn drop(&mut self) {
         if let Some(child) = &mut self.child {
-            let _ = child.kill();
+            // SIGTERM lets nginx's master end its workers (a killed master leaves them
+            // running); whatever is left of the family after it exits is killed.
+            let pids = family(child.id());
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
             let _ = child.wait();
+            for pid in pids.into_iter().skip(1) {
+                let _ = Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .stderr(Stdio::null())
+                    .status();
+            }
         }
     }
 }
@@ -324,8 +338,8 @@ fn counts(up: u16) -> BoxResult<(u64, u64)> {
 /// The process and its children (nginx's workers), by /proc.
 fn family(pid: u32) -> Vec<u32> {
     let mut all = vec![pid];
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default();
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
     for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
         all.extend(family(child));
     }
@@ -373,17 +387,31 @@ fn wrk(port: u16, seconds: u64) -> BoxResult<(f64, u64)> {
         .ok_or_else(|| format!("wrk said: {text}"))?;
     let requests = text
         .lines()
-        .find_map(|l| l.split_once(" requests in").map(|(n, _)| n.trim().to_owned()))
+        .find_map(|l| {
+            l.split_once(" requests in")
+                .map(|(n, _)| n.trim().to_owned())
+        })
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     Ok((rps, requests))
 }
 
-fn generate(me: &Path, port: u16, rate: u64, seconds: u64, method: &str) -> BoxResult<serde_json::Value> {
+fn generate(
+    me: &Path,
+    port: u16,
+    rate: u64,
+    seconds: u64,
+    method: &str,
+) -> BoxResult<serde_json::Value> {
     let output = pinned("0", me)
         .args(["--role", "load", "--url"])
         .arg(format!("http://127.0.0.1:{port}/item"))
-        .args(["--rate", &rate.to_string(), "--seconds", &seconds.to_string()])
+        .args([
+            "--rate",
+            &rate.to_string(),
+            "--seconds",
+            &seconds.to_string(),
+        ])
         .args(["--method", method])
         .output()?;
     Ok(serde_json::from_slice(&output.stdout)?)
@@ -397,7 +425,9 @@ fn orchestrate(seconds: u64) -> BoxResult<()> {
     println!("load average at start: {}", load_average.trim());
     for tool in ["taskset", "wrk", "haproxy", "nginx"] {
         if !on_path(tool) {
-            println!("MISSING: {tool} (apt-get install -y haproxy nginx-light wrk); its rows are left out");
+            println!(
+                "MISSING: {tool} (apt-get install -y haproxy nginx-light wrk); its rows are left out"
+            );
         }
     }
 
@@ -440,7 +470,7 @@ fn orchestrate(seconds: u64) -> BoxResult<()> {
         std::fs::write(
             &cfg,
             format!(
-                "global\n  nbthread 1\n  maxconn 20000\n\
+                "global\n  nbthread 1\n  maxconn 4000\n\
                  defaults\n  mode http\n  timeout connect 1s\n  timeout client 30s\n  timeout server 30s\n\
                  \x20 retries 3\n  retry-on 503 conn-failure\n  option http-keep-alive\n  http-reuse always\n\
                  frontend f\n  bind 127.0.0.1:{port}\n  default_backend b\n\
@@ -450,7 +480,13 @@ fn orchestrate(seconds: u64) -> BoxResult<()> {
         targets.push(Target {
             name: "haproxy",
             port,
-            child: Some(pinned("1", Path::new("haproxy")).arg("-db").arg("-f").arg(&cfg).spawn()?),
+            child: Some(
+                pinned("1", Path::new("haproxy"))
+                    .arg("-db")
+                    .arg("-f")
+                    .arg(&cfg)
+                    .spawn()?,
+            ),
         });
     }
     if on_path("nginx") {
@@ -465,7 +501,7 @@ fn orchestrate(seconds: u64) -> BoxResult<()> {
             prefix.join("nginx.conf"),
             format!(
                 "worker_processes 1;\ndaemon off;\npid {p}/nginx.pid;\nerror_log {p}/logs/error.log warn;\n\
-                 events {{ worker_connections 20000; }}\n\
+                 events {{ worker_connections 4096; }}\n\
                  http {{\n  access_log off;\n  client_body_temp_path {p}/body;\n  proxy_temp_path {p}/proxy;\n\
                  \x20 fastcgi_temp_path {p}/fcgi;\n  uwsgi_temp_path {p}/uwsgi;\n  scgi_temp_path {p}/scgi;\n\
                  \x20 upstream up {{\n{servers}    keepalive 256;\n  }}\n\
@@ -528,7 +564,7 @@ fn orchestrate(seconds: u64) -> BoxResult<()> {
     // 3. 10 % 503s, an outage, unkeyed POSTs under 10 % 503s
     for t in targets.iter().filter(|t| t.name != "direct") {
         let row = rows.entry(t.name).or_default();
-        let mut ratio = |mode: u64, method: &str| -> BoxResult<f64> {
+        let ratio = |mode: u64, method: &str| -> BoxResult<f64> {
             control(up_port, &format!("/__mode/{mode}"))?;
             let summary = generate(&me, t.port, 500, seconds.min(4), method)?;
             let sent = summary["sent"].as_f64().unwrap_or(1.0);
@@ -566,8 +602,11 @@ fn orchestrate(seconds: u64) -> BoxResult<()> {
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for t in &targets {
-        let Some(row) = rows.get(t.name) else { continue };
-        let opt = |v: Option<f64>, digits: usize| v.map_or("-".to_owned(), |v| format!("{v:.digits$}"));
+        let Some(row) = rows.get(t.name) else {
+            continue;
+        };
+        let opt =
+            |v: Option<f64>, digits: usize| v.map_or("-".to_owned(), |v| format!("{v:.digits$}"));
         println!(
             "| {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} |",
             t.name,
