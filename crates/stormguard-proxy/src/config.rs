@@ -17,7 +17,8 @@ use stormguard_tower::DeadlineLayer;
 
 use crate::upstream::Upstream;
 
-/// One proxy: see the [module docs](self).
+/// One proxy: its direction, where it listens and where it forwards. A sidecar runs two (an
+/// ingress and an egress), which share nothing but the metrics registry.
 #[derive(Debug)]
 pub struct ProxyConfig {
     /// The address the proxy serves on (HTTP/1.1 and HTTP/2 cleartext on the same port).
@@ -47,7 +48,7 @@ pub struct EgressConfig {
     /// The routes and their endpoint policies.
     pub policy: PolicySource,
     /// Faults injected below the client stack (each attempt draws), for chaos drills; the
-    /// injector can be switched at run time ([`RunningProxy::faults`](crate::RunningProxy::faults)).
+    /// injector can be switched at run time ([`Proxy::faults`](crate::Proxy::faults)).
     pub fault: Option<FaultConfig>,
     /// Seeds the stack's jitter and draws (tests); `None` seeds from the operating system.
     pub seed: Option<u64>,
@@ -61,7 +62,7 @@ pub enum PolicySource {
     /// which keeps breakers and budgets whose configuration is unchanged).
     Watched(PathBuf),
     /// Policies given in code (swap them through
-    /// [`RunningProxy::policies`](crate::RunningProxy::policies)).
+    /// [`Proxy::policies`](crate::Proxy::policies)).
     Fixed(PolicyFile),
 }
 

@@ -1,12 +1,12 @@
 //! The egress direction: the service's outgoing calls go through the library's one client
-//! stack ([`ClientLayer`]), routed by the policy file, over the [forwarding
-//! transport](crate::forward).
+//! stack ([`ClientLayer`](stormguard_tower::client::ClientLayer)), routed by the policy file, over the forwarding
+//! transport.
 //!
 //! Nothing here retries, breaks, hedges or times out by itself: each request is one call of
 //! the stack, which picks the route's endpoint (by method, host and path), applies its
 //! deadline, throttle, retries or hedges with the shared budget, breaker and per-try deadline
 //! on the wire, and marks what it gave up on `X-Retry-Exhausted: true`. When the stack has no
-//! response to hand back, [`answer`](crate::answer) says why in the caller's protocol.
+//! response to hand back, the proxy's own answer says why in the caller's protocol.
 //!
 //! Injected faults sit below the stack, around the transport, so that each attempt draws:
 //! a drill sees the retries, budget and breaker react exactly as to a real failure.

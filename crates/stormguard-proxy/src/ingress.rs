@@ -4,14 +4,14 @@
 //! 1. [`DeadlineLayer`](stormguard_tower::DeadlineLayer): reads the caller's deadline from
 //!    its headers, refuses a request whose deadline has passed before anything else runs
 //!    (`504`, or `DEADLINE_EXCEEDED`), and cancels the forwarded call when it passes;
-//! 2. [`AdaptiveLimitLayer`](stormguard_tower::limit::AdaptiveLimitLayer) (optional): admits
+//! 2. [`AdaptiveLimitLayer`] (optional): admits
 //!    at most an adaptive number of requests at once, shedding those whose deadline is
 //!    closest first (`503` + `Retry-After`, or `RESOURCE_EXHAUSTED` + pushback);
-//! 3. [`IdempotencyLayer`](stormguard_idempotency::IdempotencyLayer) (optional): a keyed
+//! 3. [`IdempotencyLayer`] (optional): a keyed
 //!    request runs once, its duplicates get the stored answer;
-//! 4. [`PropagateDeadlineLayer`](stormguard_tower::PropagateDeadlineLayer): the service gets
+//! 4. [`PropagateDeadlineLayer`]: the service gets
 //!    the time left, minus the hop's reserve, in the deadline headers;
-//! 5. the [forwarding transport](crate::forward), one attempt: only one layer of a chain
+//! 5. the forwarding transport, one attempt: only one layer of a chain
 //!    retries, and that is the caller's.
 
 use std::convert::Infallible;

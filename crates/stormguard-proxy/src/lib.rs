@@ -16,7 +16,7 @@
 //!
 //! # The two directions
 //!
-//! - **Egress** ([`Direction::Egress`], [`egress`](crate::egress) module docs): the service
+//! - **Egress** ([`Direction::Egress`], [`egress`] module docs): the service
 //!   sends its outgoing calls through the proxy (as an HTTP proxy, or with a `Host` header);
 //!   each goes through the client stack of the route it matches (method, host and path
 //!   prefix, see [`RoutePattern`](stormguard_tower::client::RoutePattern)).
