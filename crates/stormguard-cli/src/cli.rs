@@ -63,6 +63,12 @@ pub(crate) enum Command {
         #[command(subcommand)]
         demo: crate::demo::Demo,
     },
+    /// Run the sidecar proxy: egress (the client stack for any language) or ingress.
+    Proxy {
+        /// The direction.
+        #[command(subcommand)]
+        proxy: crate::proxy::ProxyCommand,
+    },
 }
 
 /// The scenarios of `simulate`.

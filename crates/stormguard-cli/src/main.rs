@@ -14,6 +14,8 @@
 //! `stormguard policy lint` and `stormguard policy diff` lint and review policy files and
 //! call graphs for CI (module `governance`): findings and judged changes as tables, JSON,
 //! SARIF 2.1.0 or markdown; exit status 1 when something at or above `--fail-on` is found.
+//! `stormguard proxy egress|ingress` runs the sidecar proxy of `stormguard-proxy` until
+//! Ctrl-C.
 
 mod bar;
 mod center;
@@ -24,6 +26,7 @@ mod help;
 mod parse;
 mod plot;
 mod policy_center;
+mod proxy;
 mod render;
 mod run;
 

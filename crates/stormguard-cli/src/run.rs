@@ -64,6 +64,7 @@ pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
             return crate::governance::run_policy(remote, command);
         }
         Command::Advise { command } => return crate::governance::advise::run(command),
+        Command::Proxy { proxy } => return crate::proxy::run(proxy),
     };
     match scenario {
         Scenario::Storm(a) => {

@@ -14,6 +14,7 @@ use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use http::Method;
+use stormguard::breaker::BreakerState;
 use stormguard::policy::{EndpointPolicy, PolicyError, PolicyFile};
 use stormguard::retry::RetryPolicy;
 
@@ -60,11 +61,17 @@ pub(crate) struct Table<O> {
 
 impl<O> Table<O> {
     /// The endpoint a request follows: the most specific matching route, else the default.
-    pub(crate) fn pick(&self, method: &Method, path: &str) -> &Arc<Endpoint<O>> {
+    pub(crate) fn pick(
+        &self,
+        method: &Method,
+        host: Option<&str>,
+        path: &str,
+    ) -> &Arc<Endpoint<O>> {
         if self.routes.is_empty() {
             return &self.default;
         }
-        best_match(self.routes.iter().map(|(p, e)| (p, e)), method, path).unwrap_or(&self.default)
+        best_match(self.routes.iter().map(|(p, e)| (p, e)), method, host, path)
+            .unwrap_or(&self.default)
     }
 }
 
@@ -239,6 +246,29 @@ impl<O: Observer> Policies<O> {
     pub fn status(&self) -> ReloadStatus {
         self.inner.status.get()
     }
+
+    /// Each endpoint in use, by name, with the state of its breaker: what an admin page shows
+    /// beside [`status`](Policies::status).
+    pub fn endpoint_status(&self) -> Vec<EndpointStatus> {
+        let table = self.inner.table.load();
+        table
+            .by_name
+            .iter()
+            .map(|(name, endpoint)| EndpointStatus {
+                name: name.clone(),
+                breaker: endpoint.breaker.as_ref().map(|b| b.state()),
+            })
+            .collect()
+    }
+}
+
+/// One endpoint of the policies in use, as [`Policies::endpoint_status`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointStatus {
+    /// The endpoint's name in the policy file (its route, or [`DEFAULT_ROUTE`]).
+    pub name: String,
+    /// Its breaker's state, when it has a breaker.
+    pub breaker: Option<BreakerState>,
 }
 
 impl<O> Table<O> {

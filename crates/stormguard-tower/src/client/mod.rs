@@ -95,7 +95,7 @@ pub use center::{CenterState, CenterWatch, CenterWatchConfig, CenterWatchError};
 pub use classify::ErrorClassifier;
 pub use error::Error;
 pub use fallback::{FALLBACK_HEADER, Fallback, FallbackFuture, FallbackRequest};
-pub use live::{InvalidPolicies, Policies};
+pub use live::{EndpointStatus, InvalidPolicies, Policies};
 pub use reload::{ReloadError, ReloadStatus};
 pub use route::{DEFAULT_ROUTE, InvalidRoute, RoutePattern};
 #[cfg(feature = "watch")]
@@ -155,7 +155,7 @@ impl<O> Shared<O> {
     /// The endpoint a request follows, from the policies in use now (one atomic load; and,
     /// only when some endpoint has time windows, one read of the wall clock to see whether
     /// the next window edge has passed).
-    pub(crate) fn endpoint(&self, method: &http::Method, path: &str) -> Arc<endpoint::Endpoint<O>>
+    pub(crate) fn endpoint<B>(&self, request: &Request<B>) -> Arc<endpoint::Endpoint<O>>
     where
         O: Observer,
     {
@@ -168,7 +168,11 @@ impl<O> Shared<O> {
                 table = self.policies.inner.table.load();
             }
         }
-        Arc::clone(table.pick(method, path))
+        Arc::clone(table.pick(
+            request.method(),
+            route::request_host(request),
+            request.uri().path(),
+        ))
     }
 }
 
@@ -221,8 +225,8 @@ impl ClientLayer {
         ClientLayerBuilder::new(Source::Single(name.to_owned(), Box::new(policy))).build()
     }
 
-    /// A stack that routes each request to the most specific endpoint of `file` by method
-    /// and path (see [`RoutePattern`]); [`DEFAULT_ROUTE`] takes the rest (without it,
+    /// A stack that routes each request to the most specific endpoint of `file` by method,
+    /// host and path (see [`RoutePattern`]); [`DEFAULT_ROUTE`] takes the rest (without it,
     /// unmatched requests get one attempt and nothing else).
     pub fn from_policy_file(file: &PolicyFile) -> Result<Self, InvalidPolicies> {
         ClientLayerBuilder::new(Source::Routes(file.clone())).build()
@@ -479,7 +483,7 @@ where
     }
 
     fn call(&mut self, request: Request<ReqB>) -> ResponseFuture<ResB> {
-        let endpoint = self.shared.endpoint(request.method(), request.uri().path());
+        let endpoint = self.shared.endpoint(&request);
         // The first attempt goes to the service that was made ready; retries to clones.
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);

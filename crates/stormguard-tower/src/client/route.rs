@@ -1,4 +1,4 @@
-//! Which endpoint policy a request follows: route patterns matched by method and path.
+//! Which endpoint policy a request follows: route patterns matched by method, host and path.
 //!
 //! A payment endpoint and a search endpoint of the same downstream should not share one
 //! policy: the first must not be retried after a timeout without a key, the second may be
@@ -10,8 +10,15 @@
 //!
 //! `"METHOD /path"` or `"/path"` (any method; `"* /path"` says the same). A path ending in
 //! `*` is a prefix (`"/users/*"` matches `/users/7` and `/users/`), any other path is exact.
-//! Specificity: an exact path beats a prefix, a longer prefix beats a shorter one, and a
-//! route naming its method beats one that does not.
+//!
+//! A route may name a host before its path, `"GET users.internal/users/*"`: it then matches
+//! only requests to that host (the request URI's authority, else its `Host` header; without a
+//! port in the pattern, any port; case-insensitive). One policy file can so hold the routes
+//! of several downstreams, as a sidecar proxy that calls them all needs.
+//!
+//! Specificity: a route naming the host beats one that does not, then an exact path beats a
+//! prefix, a longer prefix beats a shorter one, and a route naming its method beats one that
+//! does not.
 
 use std::str::FromStr;
 
@@ -33,11 +40,16 @@ pub const DEFAULT_ROUTE: &str = "default";
 /// let pay: RoutePattern = "/pay".parse()?;
 /// assert!(pay.matches(&Method::POST, "/pay"));
 /// assert!(!pay.matches(&Method::POST, "/pay/7"));
+/// let hosted: RoutePattern = "GET users.internal/users/*".parse()?;
+/// assert!(hosted.matches_host(&Method::GET, Some("users.internal:8080"), "/users/7"));
+/// assert!(!hosted.matches_host(&Method::GET, Some("orders.internal"), "/users/7"));
+/// assert!(!hosted.matches(&Method::GET, "/users/7")); // no host: a hosted route does not match
 /// # Ok::<(), stormguard_tower::client::InvalidRoute>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RoutePattern {
     method: Option<Method>,
+    host: Option<Box<str>>,
     path: PathMatch,
 }
 
@@ -65,6 +77,10 @@ pub enum InvalidRoute {
     /// A `*` appears other than at the end of the path.
     #[error("route path {0:?} has a '*' before its end")]
     WildcardNotAtEnd(String),
+    /// The host before the path is not a host name (letters, digits, `-`, `.`, and an
+    /// optional `:port`).
+    #[error("route host {0:?} is not a host name")]
+    BadHost(String),
 }
 
 impl FromStr for RoutePattern {
@@ -83,49 +99,109 @@ impl FromStr for RoutePattern {
             }
             (Some(_), Some(_), Some(_)) => return Err(InvalidRoute::TooManyParts(s.to_owned())),
         };
-        if !path.starts_with('/') {
-            return Err(InvalidRoute::PathNotAbsolute(path.to_owned()));
-        }
+        let (host, path) = match path.find('/') {
+            Some(0) => (None, path),
+            Some(at) => (Some(parse_host(&path[..at])?), &path[at..]),
+            None => return Err(InvalidRoute::PathNotAbsolute(path.to_owned())),
+        };
         let path = match path.find('*') {
             None => PathMatch::Exact(path.into()),
             Some(at) if at + 1 == path.len() => PathMatch::Prefix(path[..at].into()),
             Some(_) => return Err(InvalidRoute::WildcardNotAtEnd(path.to_owned())),
         };
-        Ok(RoutePattern { method, path })
+        Ok(RoutePattern { method, host, path })
+    }
+}
+
+/// A route's host, lowercased: a name of letters, digits, `-` and `.`, and an optional port.
+fn parse_host(host: &str) -> Result<Box<str>, InvalidRoute> {
+    let (name, port) = match host.split_once(':') {
+        Some((name, port)) => (name, Some(port)),
+        None => (host, None),
+    };
+    let name_ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok());
+    if name_ok && port_ok {
+        Ok(host.to_ascii_lowercase().into())
+    } else {
+        Err(InvalidRoute::BadHost(host.to_owned()))
+    }
+}
+
+/// Whether a request to `host` (as written in a URI authority or a `Host` header) goes to the
+/// route host `pattern` (lowercase; without a port it matches any port).
+fn host_matches(pattern: &str, host: &str) -> bool {
+    if pattern.contains(':') {
+        pattern.eq_ignore_ascii_case(host)
+    } else {
+        let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+        pattern.eq_ignore_ascii_case(name)
     }
 }
 
 impl RoutePattern {
-    /// Whether a request with this method and path is in the route.
+    /// Whether a request with this method and path, and no known host, is in the route (a
+    /// route that names a host does not match it).
     pub fn matches(&self, method: &Method, path: &str) -> bool {
-        self.specificity(method, path).is_some()
+        self.specificity(method, None, path).is_some()
+    }
+
+    /// Whether a request with this method, to `host` (a URI authority or `Host` header value,
+    /// port included or not) and with this path is in the route.
+    pub fn matches_host(&self, method: &Method, host: Option<&str>, path: &str) -> bool {
+        self.specificity(method, host, path).is_some()
     }
 
     /// How specifically the route matches (greater is more specific), or `None`.
-    fn specificity(&self, method: &Method, path: &str) -> Option<(bool, usize, bool)> {
+    fn specificity(
+        &self,
+        method: &Method,
+        host: Option<&str>,
+        path: &str,
+    ) -> Option<(bool, bool, usize, bool)> {
         if self.method.as_ref().is_some_and(|m| m != method) {
             return None;
+        }
+        if let Some(pattern) = &self.host {
+            if !host.is_some_and(|host| host_matches(pattern, host)) {
+                return None;
+            }
         }
         let (exact, len) = match &self.path {
             PathMatch::Exact(p) => (**p == *path, p.len()),
             PathMatch::Prefix(p) => (false, p.len()),
         };
         let prefix_ok = matches!(&self.path, PathMatch::Prefix(p) if path.starts_with(&**p));
-        (exact || prefix_ok).then_some((exact, len, self.method.is_some()))
+        (exact || prefix_ok).then_some((self.host.is_some(), exact, len, self.method.is_some()))
     }
+}
+
+/// The host a request is addressed to: its URI's authority (a proxy's absolute-form or an
+/// HTTP/2 `:authority`), else its `Host` header.
+pub(crate) fn request_host<B>(request: &http::Request<B>) -> Option<&str> {
+    request.uri().authority().map(|a| a.as_str()).or_else(|| {
+        request
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+    })
 }
 
 /// The index of the most specific route that matches, if any.
 pub(crate) fn best_match<'a, T: 'a>(
     routes: impl IntoIterator<Item = (&'a RoutePattern, T)>,
     method: &Method,
+    host: Option<&str>,
     path: &str,
 ) -> Option<T> {
     routes
         .into_iter()
-        .filter_map(|(pattern, item)| pattern.specificity(method, path).map(|s| (s, item)))
+        .filter_map(|(pattern, item)| pattern.specificity(method, host, path).map(|s| (s, item)))
         .fold(
-            None::<((bool, usize, bool), T)>,
+            None::<((bool, bool, usize, bool), T)>,
             |best, (s, item)| match best {
                 Some((b, _)) if b >= s => best,
                 _ => Some((s, item)),
@@ -174,16 +250,42 @@ mod tests {
             p("GET /users/me"),
             p("* /users/me"),
         ];
-        let pick = |m: Method, path: &str| best_match(routes.iter().zip(0..), &m, path);
+        let pick = |m: Method, path: &str| best_match(routes.iter().zip(0..), &m, None, path);
         assert_eq!(pick(Method::GET, "/users/me"), Some(3));
         assert_eq!(pick(Method::POST, "/users/me"), Some(4));
         assert_eq!(pick(Method::GET, "/users/7"), Some(2));
         assert_eq!(pick(Method::POST, "/users/7"), Some(1));
         assert_eq!(pick(Method::POST, "/orders"), Some(0));
         assert_eq!(
-            best_match(routes[1..].iter().zip(0..), &Method::GET, "/x"),
+            best_match(routes[1..].iter().zip(0..), &Method::GET, None, "/x"),
             None
         );
+    }
+
+    #[test]
+    fn a_route_naming_the_host_beats_one_that_does_not() {
+        let routes = [
+            p("GET /users/me"),
+            p("users.internal/*"),
+            p("orders.internal:8080/orders/*"),
+        ];
+        let pick = |host: Option<&str>, path: &str| {
+            best_match(routes.iter().zip(0..), &Method::GET, host, path)
+        };
+        assert_eq!(pick(Some("USERS.internal:9000"), "/users/me"), Some(1));
+        assert_eq!(pick(Some("other"), "/users/me"), Some(0));
+        assert_eq!(pick(None, "/users/me"), Some(0));
+        assert_eq!(pick(Some("orders.internal:8080"), "/orders/1"), Some(2));
+        assert_eq!(pick(Some("orders.internal:8081"), "/orders/1"), None);
+        assert_eq!(pick(Some("orders.internal"), "/orders/1"), None);
+        assert!(matches!(
+            "GET us_ers/x".parse::<RoutePattern>(),
+            Err(InvalidRoute::BadHost(_))
+        ));
+        assert!(matches!(
+            "a:99999/x".parse::<RoutePattern>(),
+            Err(InvalidRoute::BadHost(_))
+        ));
     }
 
     proptest! {

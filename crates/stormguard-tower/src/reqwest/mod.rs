@@ -143,7 +143,7 @@ impl<O: Observer> Middleware for ClientMiddleware<O> {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
         let request = http::Request::<::reqwest::Body>::try_from(req)?;
-        let endpoint = self.shared.endpoint(request.method(), request.uri().path());
+        let endpoint = self.shared.endpoint(&request);
         let service = NextService::new(next, extensions);
         match call::run(Arc::clone(&self.shared), endpoint, service, request).await {
             Ok(response) => {

@@ -1,0 +1,103 @@
+//! The egress direction: the service's outgoing calls go through the library's one client
+//! stack ([`ClientLayer`](stormguard_tower::client::ClientLayer)), routed by the policy file, over the forwarding
+//! transport.
+//!
+//! Nothing here retries, breaks, hedges or times out by itself: each request is one call of
+//! the stack, which picks the route's endpoint (by method, host and path), applies its
+//! deadline, throttle, retries or hedges with the shared budget, breaker and per-try deadline
+//! on the wire, and marks what it gave up on `X-Retry-Exhausted: true`. When the stack has no
+//! response to hand back, the proxy's own answer says why in the caller's protocol.
+//!
+//! Injected faults sit below the stack, around the transport, so that each attempt draws:
+//! a drill sees the retries, budget and breaker react exactly as to a real failure.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::Body;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use stormguard::fault::FaultInjector;
+use stormguard::policy::PolicyFile;
+use stormguard_tower::body::ReplayBody;
+use stormguard_tower::client::{ClientLayerBuilder, DEFAULT_DEBOUNCE, Policies, PolicyWatcher};
+use stormguard_tower::fault::FaultLayer;
+use stormguard_tower::observe::Telemetry;
+use stormguard_tower::wire::{BoxError, Protocol};
+use tower::util::BoxCloneSyncService;
+use tower::{Layer, ServiceExt, service_fn};
+
+use crate::ProxyError;
+use crate::config::{EgressConfig, PolicySource};
+use crate::forward::Forward;
+use crate::server::ProxyService;
+use crate::upstream::Upstream;
+
+type Transport = BoxCloneSyncService<Request<ReplayBody<Incoming>>, Response<Body>, TransportError>;
+
+/// The transport's error, as a type of its own (a boxed error as a service error trips the
+/// compiler's `Send` proof of the stack's future); its source is the real error, which the
+/// stack classifies by walking the chain.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct TransportError(#[source] BoxError);
+
+/// A built egress: its service, and the handles the admin port and the caller use.
+pub(crate) struct Egress {
+    pub(crate) service: ProxyService,
+    pub(crate) policies: Policies<Telemetry>,
+    pub(crate) watcher: Option<PolicyWatcher>,
+    pub(crate) faults: Option<Arc<FaultInjector>>,
+}
+
+pub(crate) fn build(
+    upstream: Option<Upstream>,
+    config: EgressConfig,
+) -> Result<Egress, ProxyError> {
+    let file = match &config.policy {
+        PolicySource::Watched(path) => PolicyFile::load(path)?,
+        PolicySource::Fixed(file) => file.clone(),
+    };
+    let mut builder = ClientLayerBuilder::routes(&file);
+    if let Some(seed) = config.seed {
+        builder = builder.with_seed(seed);
+    }
+    let layer = builder.build()?;
+    let policies = layer.policies().clone();
+    let watcher = match &config.policy {
+        PolicySource::Watched(path) => Some(policies.watch(path, DEFAULT_DEBOUNCE)?),
+        PolicySource::Fixed(_) => None,
+    };
+    let faults = match config.fault {
+        Some(fault) => Some(Arc::new(FaultInjector::new(fault)?)),
+        None => None,
+    };
+    // The stack hands each attempt a replayable body; the transport sends any body.
+    let forward = Forward::new(upstream)
+        .map_request(|request: Request<ReplayBody<Incoming>>| request.map(Body::new));
+    let transport: Transport = match &faults {
+        Some(faults) => BoxCloneSyncService::new(
+            FaultLayer::new(Arc::clone(faults))
+                .layer(forward)
+                .map_err(TransportError),
+        ),
+        None => BoxCloneSyncService::new(forward.map_err(TransportError)),
+    };
+    let client = layer.layer(transport);
+    let service = service_fn(move |request: Request<Incoming>| {
+        let client = client.clone();
+        async move {
+            let protocol = Protocol::of(request.headers());
+            Ok::<_, Infallible>(match client.oneshot(request).await {
+                Ok(response) => response.map(Body::new),
+                Err(error) => crate::answer::for_error(&error, protocol),
+            })
+        }
+    });
+    Ok(Egress {
+        service: ProxyService::new(service),
+        policies,
+        watcher,
+        faults,
+    })
+}

@@ -1,0 +1,75 @@
+//! The ingress direction: in front of the service, the server-side layers of the library, in
+//! the order in which they work together, outermost first:
+//!
+//! 1. [`DeadlineLayer`](stormguard_tower::DeadlineLayer): reads the caller's deadline from
+//!    its headers, refuses a request whose deadline has passed before anything else runs
+//!    (`504`, or `DEADLINE_EXCEEDED`), and cancels the forwarded call when it passes;
+//! 2. [`AdaptiveLimitLayer`] (optional): admits
+//!    at most an adaptive number of requests at once, shedding those whose deadline is
+//!    closest first (`503` + `Retry-After`, or `RESOURCE_EXHAUSTED` + pushback);
+//! 3. [`IdempotencyLayer`] (optional): a keyed
+//!    request runs once, its duplicates get the stored answer;
+//! 4. [`PropagateDeadlineLayer`]: the service gets
+//!    the time left, minus the hop's reserve, in the deadline headers;
+//! 5. the forwarding transport, one attempt: only one layer of a chain
+//!    retries, and that is the caller's.
+
+use std::convert::Infallible;
+
+use axum::body::Body;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use stormguard_idempotency::IdempotencyLayer;
+use stormguard_tower::PropagateDeadlineLayer;
+use stormguard_tower::limit::AdaptiveLimitLayer;
+use stormguard_tower::wire::Protocol;
+use tower::util::BoxCloneService;
+use tower::{Layer, ServiceExt, service_fn};
+
+use crate::ProxyError;
+use crate::config::IngressConfig;
+use crate::forward::Forward;
+use crate::server::ProxyService;
+use crate::upstream::Upstream;
+
+/// A built ingress: its service, and its limit for the admin port.
+pub(crate) struct Ingress {
+    pub(crate) service: ProxyService,
+    pub(crate) limit: Option<AdaptiveLimitLayer>,
+}
+
+type Inner = BoxCloneService<Request<Body>, Response<Body>, Infallible>;
+
+pub(crate) fn build(upstream: Upstream, config: IngressConfig) -> Result<Ingress, ProxyError> {
+    let propagate = PropagateDeadlineLayer::new().layer(Forward::new(Some(upstream)));
+    let forward: Inner = BoxCloneService::new(service_fn(move |request: Request<Body>| {
+        let propagate = propagate.clone();
+        async move {
+            let protocol = Protocol::of(request.headers());
+            Ok::<_, Infallible>(match propagate.oneshot(request).await {
+                Ok(response) => response,
+                Err(error) => crate::answer::for_transport(&error, protocol),
+            })
+        }
+    }));
+    let keyed: Inner = match config.idempotency {
+        Some(idempotency) => BoxCloneService::new(
+            IdempotencyLayer::from_arc(idempotency.store)
+                .with_key_required(idempotency.key_required)
+                .layer(forward),
+        ),
+        None => forward,
+    };
+    let limit = config.limit.map(AdaptiveLimitLayer::new).transpose()?;
+    let admitted: Inner = match &limit {
+        Some(limit) => BoxCloneService::new(limit.layer(keyed).map_response(|r| r.map(Body::new))),
+        None => keyed,
+    };
+    let deadline = config.deadline.validate()?.layer(admitted);
+    let service = deadline.map_request(|request: Request<Incoming>| request.map(Body::new));
+    let service = service.map_response(|response| response.map(Body::new));
+    Ok(Ingress {
+        service: ProxyService::new(service),
+        limit,
+    })
+}

@@ -1,0 +1,216 @@
+//! Real servers on 127.0.0.1 for the proxy's tests: a scriptable upstream, a client, and
+//! proxies started on port 0.
+#![allow(dead_code, unreachable_pub)] // each test binary uses a part
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use stormguard::policy::PolicyFile;
+use stormguard_proxy::{
+    Direction, EgressConfig, IngressConfig, PolicySource, Proxy, ProxyConfig, Upstream,
+};
+
+/// One request as the upstream saw it.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: Method,
+    pub path: String,
+    pub headers: HeaderMap,
+}
+
+/// What the upstream does and saw.
+#[derive(Default)]
+pub struct Script {
+    /// Answer 503 to this many requests first.
+    pub fail_first: AtomicU32,
+    pub seen: Mutex<Vec<Seen>>,
+}
+
+impl Script {
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().expect("lock").clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.seen.lock().expect("lock").len()
+    }
+}
+
+/// The upstream: `/down/*` always answers 503; `/hang/*` never answers its first request
+/// (a copy sent later answers); anything else answers 503 while `fail_first` lasts, then
+/// 200 with the body `ok`.
+pub struct TestUpstream {
+    pub addr: SocketAddr,
+    pub script: Arc<Script>,
+}
+
+pub async fn upstream() -> TestUpstream {
+    let script = Arc::new(Script::default());
+    let app = Router::new()
+        .fallback(handle)
+        .with_state(Arc::clone(&script));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    TestUpstream { addr, script }
+}
+
+async fn handle(State(script): State<Arc<Script>>, request: Request) -> Response {
+    let path = request.uri().path().to_owned();
+    let first = {
+        let mut seen = script.seen.lock().expect("lock");
+        seen.push(Seen {
+            method: request.method().clone(),
+            path: path.clone(),
+            headers: request.headers().clone(),
+        });
+        seen.iter().filter(|s| s.path == path).count() == 1
+    };
+    if path.starts_with("/down") {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    if path.starts_with("/hang") && first {
+        std::future::pending::<()>().await;
+    }
+    let failing = script
+        .fail_first
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    if failing {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    let _ = request.into_body().collect().await;
+    (StatusCode::OK, "ok").into_response()
+}
+
+/// A response read whole.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// Sends `request` to `addr` (the URI's path is kept, its authority replaced).
+pub async fn send(addr: SocketAddr, request: http::Request<Full<Bytes>>) -> Answer {
+    let (mut head, body) = request.into_parts();
+    let path = head
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    head.uri = format!("http://{addr}{path}").parse().expect("uri");
+    let response = client()
+        .request(http::Request::from_parts(head, body))
+        .await
+        .expect("the proxy answers");
+    let (head, body) = response.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    Answer {
+        status: head.status,
+        headers: head.headers,
+        body,
+    }
+}
+
+pub fn get(path: &str) -> http::Request<Full<Bytes>> {
+    http::Request::get(path)
+        .body(Full::new(Bytes::new()))
+        .expect("request")
+}
+
+pub fn post(path: &str, key: Option<&str>) -> http::Request<Full<Bytes>> {
+    let mut builder = http::Request::post(path);
+    if let Some(key) = key {
+        builder = builder.header("idempotency-key", format!("\"{key}\""));
+    }
+    builder
+        .body(Full::new(Bytes::from_static(b"{\"amount\":1}")))
+        .expect("request")
+}
+
+/// An egress proxy to `upstream` (or to each request's host when `None`) with `policies`.
+pub async fn egress(upstream: Option<SocketAddr>, policies: &str) -> Proxy {
+    egress_with(upstream, PolicySource::Fixed(policy(policies)), None, None).await
+}
+
+pub async fn egress_with(
+    upstream: Option<SocketAddr>,
+    policy: PolicySource,
+    fault: Option<stormguard::fault::FaultConfig>,
+    admin: Option<SocketAddr>,
+) -> Proxy {
+    Proxy::start(ProxyConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        admin,
+        upstream: upstream.map(|a| a.to_string().parse::<Upstream>().expect("upstream")),
+        direction: Direction::Egress(EgressConfig {
+            policy,
+            fault,
+            seed: Some(7),
+        }),
+    })
+    .await
+    .expect("the egress proxy starts")
+}
+
+pub async fn ingress(upstream: SocketAddr, config: IngressConfig) -> Proxy {
+    Proxy::start(ProxyConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        admin: Some("127.0.0.1:0".parse().expect("addr")),
+        upstream: Some(upstream.to_string().parse().expect("upstream")),
+        direction: Direction::Ingress(config),
+    })
+    .await
+    .expect("the ingress proxy starts")
+}
+
+pub fn policy(toml: &str) -> PolicyFile {
+    PolicyFile::from_toml(toml).expect("valid policies")
+}
+
+/// Polls `check` every millisecond until it holds, for at most ten seconds (a file watch
+/// reports on its own time; nothing here asserts how long it took).
+pub async fn eventually(mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..10_000 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("the condition did not hold within ten seconds");
+}
+
+/// The admin port's `/status` document.
+pub async fn status(admin: SocketAddr) -> serde_json::Value {
+    let answer = send(admin, get("/status")).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    serde_json::from_slice(&answer.body).expect("status is JSON")
+}
+
+pub fn body(b: &'static str) -> Body {
+    Body::from(b)
+}

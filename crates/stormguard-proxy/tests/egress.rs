@@ -1,0 +1,263 @@
+//! The egress direction over real servers on 127.0.0.1: the library's client stack, routed by
+//! the policy file, in front of a scriptable upstream.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use stormguard::fault::{Abort, FaultConfig};
+use stormguard_proxy::{PolicySource, REASON_HEADER};
+
+use common::*;
+
+const RETRYING_GET: &str = r#"
+    [endpoints."GET /*"]
+    idempotency = "idempotent"
+    timeouts = { per_try = "5s", overall = "20s" }
+    retry = { max_attempts = 3 }
+    backoff = { kind = "fixed", base = "1ms" }
+"#;
+
+#[tokio::test]
+async fn a_get_is_retried_and_each_try_carries_its_own_deadline() {
+    let up = upstream().await;
+    up.script.fail_first.store(1, Ordering::SeqCst);
+    let proxy = egress(Some(up.addr), RETRYING_GET).await;
+
+    let answer = send(proxy.local_addr(), get("/users/7")).await;
+
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(&answer.body[..], b"ok");
+    let seen = up.script.seen();
+    assert_eq!(seen.len(), 2, "one failure, one retry");
+    for try_ in &seen {
+        let timeout = try_.headers["grpc-timeout"].as_bytes();
+        let left = stormguard::deadline::parse_grpc_timeout(timeout).expect("a grpc-timeout");
+        assert!(
+            left <= Duration::from_secs(5),
+            "per-try timeout on the wire: {left:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_keyed_post_is_retried_and_an_unkeyed_post_is_not() {
+    let up = upstream().await;
+    let proxy = egress(
+        Some(up.addr),
+        r#"
+        [endpoints."POST /pay"]
+        idempotency = "key"
+        retry = { max_attempts = 3 }
+        backoff = { kind = "fixed", base = "1ms" }
+    "#,
+    )
+    .await;
+
+    up.script.fail_first.store(1, Ordering::SeqCst);
+    let unkeyed = send(proxy.local_addr(), post("/pay", None)).await;
+    assert_eq!(unkeyed.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        up.script.count(),
+        1,
+        "a POST without a key is never replayed"
+    );
+    assert_eq!(
+        unkeyed.header("x-retry-exhausted"),
+        None,
+        "a layer with a key may retry it"
+    );
+
+    up.script.fail_first.store(1, Ordering::SeqCst);
+    let keyed = send(proxy.local_addr(), post("/pay", Some("k-1"))).await;
+    assert_eq!(keyed.status, StatusCode::OK);
+    let seen = up.script.seen();
+    assert_eq!(seen.len(), 3, "the keyed POST was sent twice");
+    assert_eq!(
+        seen[1].headers["idempotency-key"],
+        seen[2].headers["idempotency-key"]
+    );
+}
+
+#[tokio::test]
+async fn giving_up_marks_the_answer_exhausted() {
+    let up = upstream().await;
+    let proxy = egress(Some(up.addr), RETRYING_GET).await;
+
+    let answer = send(proxy.local_addr(), get("/down/1")).await;
+
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(answer.header("x-retry-exhausted"), Some("true"));
+    assert_eq!(up.script.count(), 3);
+}
+
+#[tokio::test]
+async fn an_exhausted_answer_from_downstream_is_not_retried_again() {
+    let up = upstream().await;
+    let inner = egress(Some(up.addr), RETRYING_GET).await;
+    // A second hop in front of the first: it sees the first's marked 503 and does not retry.
+    let outer = egress(Some(inner.local_addr()), RETRYING_GET).await;
+
+    let answer = send(outer.local_addr(), get("/down/2")).await;
+
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        up.script.count(),
+        3,
+        "only one layer retries: 3 attempts, not 9"
+    );
+}
+
+#[tokio::test]
+async fn an_open_breaker_refuses_before_the_upstream() {
+    let up = upstream().await;
+    let proxy = egress(
+        Some(up.addr),
+        r#"
+        [endpoints."GET /*"]
+        retry = { max_attempts = 1 }
+        breaker = { count = 4, failure_ratio = 0.5, minimum_throughput = 4, open = "60s" }
+    "#,
+    )
+    .await;
+    for _ in 0..4 {
+        let answer = send(proxy.local_addr(), get("/down/3")).await;
+        assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    assert_eq!(up.script.count(), 4);
+
+    let refused = send(proxy.local_addr(), get("/down/3")).await;
+
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.header(REASON_HEADER), Some("breaker_open"));
+    assert_eq!(refused.header("x-retry-exhausted"), Some("true"));
+    assert_eq!(up.script.count(), 4, "refused before the upstream");
+    let policies = proxy.policies().expect("egress");
+    let states = policies.endpoint_status();
+    assert!(
+        states
+            .iter()
+            .any(|e| e.breaker == Some(stormguard::breaker::BreakerState::Open)),
+        "{states:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_hedge_answers_when_the_first_copy_hangs() {
+    let up = upstream().await;
+    let proxy = egress(
+        Some(up.addr),
+        r#"
+        [endpoints."GET /hang/*"]
+        idempotency = "idempotent"
+        hedge = { max_attempts = 2, delay = "5ms" }
+        timeouts = { overall = "30s" }
+    "#,
+    )
+    .await;
+
+    let answer = send(proxy.local_addr(), get("/hang/1")).await;
+
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(
+        up.script.count(),
+        2,
+        "the first copy hangs, the hedge answers"
+    );
+}
+
+#[tokio::test]
+async fn routes_pick_the_policy_by_host() {
+    let up = upstream().await;
+    // No fixed upstream: each request goes to the host it names.
+    let proxy = egress(
+        None,
+        r#"
+        [endpoints."GET localhost/*"]
+        idempotency = "idempotent"
+        retry = { max_attempts = 3 }
+        backoff = { kind = "fixed", base = "1ms" }
+
+        [endpoints.default]
+        retry = { max_attempts = 1 }
+    "#,
+    )
+    .await;
+    let port = up.addr.port();
+    let to = |host: String| {
+        let mut request = get("/items");
+        request
+            .headers_mut()
+            .insert("host", host.parse().expect("host"));
+        request
+    };
+
+    up.script.fail_first.store(1, Ordering::SeqCst);
+    let by_ip = send(proxy.local_addr(), to(format!("127.0.0.1:{port}"))).await;
+    assert_eq!(
+        by_ip.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the default route: one attempt"
+    );
+    assert_eq!(up.script.count(), 1);
+
+    up.script.fail_first.store(1, Ordering::SeqCst);
+    let by_name = send(proxy.local_addr(), to(format!("localhost:{port}"))).await;
+    assert_eq!(
+        by_name.status,
+        StatusCode::OK,
+        "the localhost route retries"
+    );
+    assert_eq!(up.script.count(), 3);
+    assert_eq!(
+        up.script.seen()[2].headers["host"],
+        format!("localhost:{port}").as_str()
+    );
+}
+
+#[tokio::test]
+async fn injected_faults_are_retried_like_real_ones_and_switch_off() {
+    let up = upstream().await;
+    let faults = FaultConfig::new(1).with_abort(
+        1.0,
+        Abort::Status {
+            status: 503,
+            retry_after: None,
+        },
+    );
+    let proxy = egress_with(
+        Some(up.addr),
+        PolicySource::Fixed(policy(RETRYING_GET)),
+        Some(faults),
+        None,
+    )
+    .await;
+
+    let answer = send(proxy.local_addr(), get("/x")).await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(answer.header("x-stormguard-fault"), Some("abort"));
+    assert_eq!(answer.header("x-retry-exhausted"), Some("true"));
+    assert_eq!(up.script.count(), 0, "every attempt was injected");
+
+    proxy.faults().expect("configured").disable();
+    let answer = send(proxy.local_addr(), get("/x")).await;
+    assert_eq!(answer.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_is_a_bad_gateway_after_the_retries() {
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = closed.local_addr().expect("addr");
+    drop(closed);
+    let proxy = egress(Some(addr), RETRYING_GET).await;
+
+    let answer = send(proxy.local_addr(), get("/x")).await;
+
+    assert_eq!(answer.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(answer.header(REASON_HEADER), Some("transport"));
+    assert_eq!(answer.header("x-retry-exhausted"), Some("true"));
+}
