@@ -6,7 +6,9 @@
 //!
 //! - **Versions.** Each publish is a new version (a number, the SHA-256 of the canonical
 //!   policy text, author, message, and the [changed fields](changed_fields)), validated by
-//!   the same rules as a policy file before it exists. Publishing is compare-and-set on the
+//!   the same rules as a policy file before it exists and linted by `stormguard policy lint`'s
+//!   rules (a finding at or above [`CenterConfig::lint_blocks`], errors by default, refuses
+//!   it with 422). Publishing is compare-and-set on the
 //!   version the editor saw: of two editors on the same base, one wins and the other gets
 //!   409. A rollback publishes an old version's policies again, as a new version.
 //! - **Push.** Instances watch their service over server-sent events: full snapshots, event

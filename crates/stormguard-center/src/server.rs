@@ -33,6 +33,11 @@ pub struct CenterConfig {
     pub watch_admissions: u32,
     /// Also put every stable version into this NATS JetStream bucket ([`crate::fanout`]).
     pub fanout: Option<crate::fanout::NatsFanout>,
+    /// A publish whose policies have a lint finding ([`stormguard::lint::lint_policy_file`])
+    /// at or above this severity is refused with 422, the findings named; `None` publishes
+    /// whatever validates. A rollback is not linted: it republishes a version that was
+    /// accepted once, and an emergency must not wait on a rule added since.
+    pub lint_blocks: Option<stormguard::lint::Severity>,
 }
 
 impl Default for CenterConfig {
@@ -43,6 +48,7 @@ impl Default for CenterConfig {
             metrics: None,
             watch_admissions: 32,
             fanout: None,
+            lint_blocks: Some(stormguard::lint::Severity::Error),
         }
     }
 }

@@ -5,6 +5,7 @@
 mod support;
 
 use serde_json::json;
+use stormguard_center::CenterConfig;
 use support::{TestCenter, attempts};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,6 +118,30 @@ async fn an_invalid_policy_is_refused_with_the_field_named() {
             .1,
         json!([])
     );
+}
+
+/// A POST declared idempotent and retried without a key is a lint error (`policy lint`'s
+/// SG006): the center refuses to publish it by default, naming the rule and the field; a
+/// center configured not to block on lint publishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_with_a_lint_error_is_refused_unless_lint_does_not_block() {
+    let risky =
+        "[endpoints.\"POST /pay\"]\nidempotency = \"idempotent\"\nretry = { max_attempts = 3 }\n";
+    let center = TestCenter::sqlite().await;
+    let (status, body) = center.api(&center.editor).publish("pay", 0, risky).await;
+    assert_eq!(status, 422, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(error.contains("lint: error SG"), "{body}");
+    assert!(error.contains(r#"endpoints."POST /pay""#), "{body}");
+    let config = CenterConfig {
+        lint_blocks: None,
+        ..CenterConfig::default()
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("lenient.db").display());
+    let lenient = TestCenter::with_config(&url, None, config).await;
+    let (status, body) = lenient.api(&lenient.editor).publish("pay", 0, risky).await;
+    assert_eq!(status, 201, "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,6 +38,10 @@ pub(crate) struct CenterArgs {
     /// The largest request body, in bytes.
     #[arg(long, default_value_t = 1024 * 1024)]
     body_limit: usize,
+    /// Refuse a publish whose policies have a `policy lint` finding at or above this
+    /// severity (never: publish whatever validates). Rollbacks are not linted.
+    #[arg(long, value_enum, default_value_t = crate::governance::FailOn::Error)]
+    lint_blocks: crate::governance::FailOn,
 }
 
 /// Runs the center until Ctrl-C.
@@ -81,6 +85,7 @@ async fn serve(args: CenterArgs) -> Result<(), Failure> {
     };
     let config = CenterConfig {
         body_limit: args.body_limit,
+        lint_blocks: args.lint_blocks.threshold(),
         metrics: Some(metrics),
         fanout,
         ..CenterConfig::default()

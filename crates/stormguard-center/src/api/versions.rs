@@ -80,6 +80,7 @@ pub(crate) async fn publish(
         Format::Json => PolicyFile::from_json(&body.policy),
     }
     .map_err(|e| ApiError::InvalidPolicy(e.to_string()))?;
+    refuse_lint_findings(&file, center.config().lint_blocks)?;
     if let Some(Selector::Share(percent @ 101..)) = &body.canary {
         return Err(ApiError::BadRequest(format!(
             "canary share {percent}: expected 0 to 100"
@@ -101,6 +102,37 @@ pub(crate) async fn publish(
     };
     let version = release.write(&center, &caller).await?;
     Ok((StatusCode::CREATED, Json(version)))
+}
+
+/// The findings of the policy linter at or above `blocks`, as one 422 naming each (rule, field,
+/// message); none, or no `blocks`, lets the publish go on.
+fn refuse_lint_findings(
+    file: &PolicyFile,
+    blocks: Option<stormguard::lint::Severity>,
+) -> Result<(), ApiError> {
+    let Some(blocks) = blocks else {
+        return Ok(());
+    };
+    let blocking: Vec<String> = stormguard::lint::lint_policy_file(file, None)
+        .into_iter()
+        .filter(|f| f.severity >= blocks)
+        .map(|f| {
+            format!(
+                "{} {} at {}: {}",
+                f.severity,
+                f.rule.id(),
+                f.field,
+                f.message
+            )
+        })
+        .collect();
+    if blocking.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::InvalidPolicy(format!(
+        "lint: {}",
+        blocking.join("; ")
+    )))
 }
 
 pub(crate) async fn rollback(

@@ -58,13 +58,18 @@ pub(crate) enum FailOn {
 }
 
 impl FailOn {
-    fn fails(self, severity: Severity) -> bool {
+    /// The lowest severity that fails, or `None` for never.
+    pub(crate) fn threshold(self) -> Option<Severity> {
         match self {
-            FailOn::Note => true,
-            FailOn::Warning => severity >= Severity::Warning,
-            FailOn::Error => severity >= Severity::Error,
-            FailOn::Never => false,
+            FailOn::Note => Some(Severity::Note),
+            FailOn::Warning => Some(Severity::Warning),
+            FailOn::Error => Some(Severity::Error),
+            FailOn::Never => None,
         }
+    }
+
+    fn fails(self, severity: Severity) -> bool {
+        self.threshold().is_some_and(|least| severity >= least)
     }
 }
 
