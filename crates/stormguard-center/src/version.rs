@@ -4,15 +4,14 @@
 //! the canonical TOML that [`PolicyFile::to_toml`] writes, so that the same policies always
 //! have the same text and the same [content hash](content_hash), whoever formatted them.
 //! The diff of a version is the list of changed field paths (with the old and the new
-//! value), computed over the canonical JSON form: it reads like the paths a validation error
-//! names (`endpoints."POST /pay".retry.max_attempts`), and it is stable under reformatting.
-
-use std::collections::BTreeMap;
+//! value) of the core's [`PolicyDiff`] — the same comparison `stormguard policy diff` judges —
+//! named like the paths a validation error names (`endpoints."POST /pay".retry.max_attempts`),
+//! and stable under reformatting.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 use stormguard::policy::PolicyFile;
+use stormguard::policy::diff::PolicyDiff;
 
 /// One published version of a service's policies, as the API returns it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,18 +36,19 @@ pub struct Version {
     pub created_ms: i64,
 }
 
-/// One field whose value differs between two versions. A field only in the new version has
-/// no `old`; a field only in the old one has no `new`.
+/// One field whose value differs between two versions, as the file writes it (`"2s"`,
+/// `3`, `"full"`). A field only in the new version has no `old`; a field only in the old
+/// one has no `new`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldChange {
     /// The field's path: `endpoints."POST /pay".retry.max_attempts`.
     pub path: String,
     /// Its value before.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub old: Option<Value>,
+    pub old: Option<String>,
     /// Its value now.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub new: Option<Value>,
+    pub new: Option<String>,
 }
 
 /// The canonical text of `file`: what is stored and hashed.
@@ -76,8 +76,9 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
         })
 }
 
-/// The fields that differ between `old` (none for a service's first version) and `new`, in
-/// path order.
+/// The fields that differ between `old` (none for a service's first version) and `new`:
+/// the core's [`PolicyDiff`] (validated policies compared, so `"5000ms"` against `"5s"` is no
+/// change), each field named by its whole path in the file.
 ///
 /// ```
 /// use stormguard::policy::PolicyFile;
@@ -87,64 +88,23 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// let new = PolicyFile::from_toml("[endpoints.pay]\nretry = { max_attempts = 1 }")?;
 /// let diff = changed_fields(Some(&old), &new);
 /// assert_eq!(diff[0].path, r#"endpoints."pay".retry.max_attempts"#);
+/// assert_eq!((diff[0].old.as_deref(), diff[0].new.as_deref()), (Some("3"), Some("1")));
 /// # Ok::<(), stormguard::policy::PolicyError>(())
 /// ```
 pub fn changed_fields(old: Option<&PolicyFile>, new: &PolicyFile) -> Vec<FieldChange> {
-    let mut before = BTreeMap::new();
-    if let Some(old) = old {
-        flatten(&as_value(old), String::new(), &mut before);
-    }
-    let mut after = BTreeMap::new();
-    flatten(&as_value(new), String::new(), &mut after);
-    let mut changes = Vec::new();
-    for (path, value) in &after {
-        match before.get(path) {
-            Some(old) if old == value => {}
-            old => changes.push(FieldChange {
-                path: path.clone(),
-                old: old.cloned(),
-                new: Some(value.clone()),
-            }),
-        }
-    }
-    for (path, value) in before {
-        if !after.contains_key(&path) {
-            changes.push(FieldChange {
-                path,
-                old: Some(value),
-                new: None,
-            });
-        }
-    }
-    changes.sort_by(|a, b| a.path.cmp(&b.path));
-    changes
-}
-
-fn as_value(file: &PolicyFile) -> Value {
-    serde_json::from_str(&file.to_json()).unwrap_or(Value::Null)
-}
-
-fn flatten(value: &Value, path: String, out: &mut BTreeMap<String, Value>) {
-    match value {
-        Value::Object(map) if !map.is_empty() => {
-            for (key, child) in map {
-                let segment = if path == "endpoints" {
-                    format!("{key:?}")
-                } else {
-                    key.clone()
-                };
-                let child_path = if path.is_empty() {
-                    segment
-                } else {
-                    format!("{path}.{segment}")
-                };
-                flatten(child, child_path, out);
-            }
-        }
-        _ => {
-            out.insert(path, value.clone());
-        }
-    }
+    let none = PolicyFile::default();
+    PolicyDiff::between(old.unwrap_or(&none), new)
+        .endpoints
+        .into_iter()
+        .flat_map(|endpoint| {
+            let name = endpoint.endpoint;
+            endpoint.fields.into_iter().map(move |f| FieldChange {
+                path: format!("endpoints.{name:?}.{}", f.field),
+                old: f.old,
+                new: f.new,
+            })
+        })
+        .collect()
 }
 
 /// What an instance receives: one version's policies, complete (the `data` of a watch

@@ -22,7 +22,7 @@ async fn versions_are_numbered_hashed_diffed_and_kept() {
     assert_ne!(first["hash"], second["hash"]);
     assert_eq!(
         second["diff"],
-        json!([{ "path": "endpoints.\"default\".retry.max_attempts", "old": 3, "new": 1 }])
+        json!([{ "path": "endpoints.\"default\".retry.max_attempts", "old": "3", "new": "1" }])
     );
     let (status, history) = center
         .api(&center.viewer)
