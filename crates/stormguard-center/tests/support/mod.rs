@@ -175,6 +175,17 @@ pub struct Api {
 
 impl Api {
     pub async fn send(&self, method: &str, path: &str, body: Option<Vec<u8>>) -> (u16, Value) {
+        self.try_send(method, path, body).await.expect("request")
+    }
+
+    /// The status and JSON answer, or the transport's error (a server that refuses a body
+    /// and closes the connection while it is still being written cuts the write).
+    pub async fn try_send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(u16, Value), reqwest::Error> {
         let mut request = self
             .client
             .request(
@@ -190,13 +201,13 @@ impl Api {
                 .header("content-type", "application/json")
                 .body(body);
         }
-        let response = request.send().await.expect("request");
+        let response = request.send().await?;
         let status = response.status().as_u16();
         let bytes = response.bytes().await.unwrap_or_default();
-        (
+        Ok((
             status,
             serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
+        ))
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
