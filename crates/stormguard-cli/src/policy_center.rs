@@ -59,10 +59,12 @@ pub(crate) enum PolicyCenter {
         service: String,
         /// The policy file.
         file: PathBuf,
-        /// The version this change is based on (compare-and-set: a newer version on the
-        /// center refuses the push); by default the center's latest at the time of the push.
+        /// The version this change is based on, as `policy get` or `history` showed it (0
+        /// for a service's first): compare-and-set, so a version published since refuses the
+        /// push (409) instead of being overwritten. Required: filling in the center's latest
+        /// would overwrite whatever another editor published meanwhile.
         #[arg(long)]
-        base: Option<u64>,
+        base: u64,
         /// Why.
         #[arg(long, short, default_value = "")]
         message: String,
@@ -95,7 +97,8 @@ pub(crate) enum PolicyCenter {
         service: String,
         /// The version to return to.
         to: u64,
-        /// The latest version, as seen (by default the center's latest).
+        /// The latest version, as seen (by default the center's latest: a rollback is the
+        /// way back in an emergency, meant to win over whatever is there).
         #[arg(long)]
         base: Option<u64>,
         /// Why.
@@ -167,10 +170,6 @@ async fn execute(client: &Client, command: PolicyCenter) -> Result<Answer, Failu
                 "json"
             } else {
                 "toml"
-            };
-            let base = match base {
-                Some(base) => base,
-                None => client.latest(&service).await?,
             };
             let canary = match (canary_share, canary_labels) {
                 (Some(share), _) => json!({ "share": share }),

@@ -220,3 +220,32 @@ fn review_judges_attempts_budgets_and_jitter() {
     assert_eq!(no_jitter.judgements[0].field, "backoff.jitter");
     assert_eq!(judge("[endpoints.a]\nretry = { max_attempts = 2 }\nbudget = { kind = \"ratio\", retry_ratio = 0.1, ttl = \"10000ms\" }").judgements, []);
 }
+
+/// An endpoint policy added by a change is judged by the rules a policy breaks on its own:
+/// a new `POST /pay` that retries in-doubt failures without a key fails the review, as
+/// `policy lint` would fail it.
+#[test]
+fn an_added_endpoint_is_judged_by_the_lint_rules() {
+    let old = PolicyFile::from_toml("[endpoints.\"GET /a\"]\n").expect("valid");
+    let new = PolicyFile::from_toml(
+        "[endpoints.\"GET /a\"]\n[endpoints.\"POST /pay\"]\nidempotency = \"idempotent\"\nretry = { max_attempts = 3 }\n",
+    )
+    .expect("valid");
+    let judged = review(&old, &new, None, &LintConfig::default());
+    assert_eq!(judged.verdict, Verdict::Fail, "{judged:?}");
+    assert!(
+        judged
+            .judgements
+            .iter()
+            .any(|j| j.endpoint == "POST /pay" && j.severity == Severity::Error),
+        "{judged:?}"
+    );
+    let safe = PolicyFile::from_toml(
+        "[endpoints.\"GET /a\"]\n[endpoints.\"GET /b\"]\nretry = { max_attempts = 1 }\n",
+    )
+    .expect("valid");
+    assert_eq!(
+        review(&old, &safe, None, &LintConfig::default()).verdict,
+        Verdict::Pass
+    );
+}

@@ -241,7 +241,9 @@ fn query_window(
         let at = |i: usize| {
             by_quantile[i]
                 .get(name)
-                .filter(|s| s.is_finite() && **s >= 0.0)
+                .filter(|s| {
+                    s.is_finite() && (0.0..stormguard::advise::MAX_LATENCY_SECS).contains(*s)
+                })
                 .map(|s| Duration::from_secs_f64(*s))
         };
         if let (Some(p50), Some(p90), Some(p99), Some(p999)) = (at(0), at(1), at(2), at(3)) {

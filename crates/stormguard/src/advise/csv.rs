@@ -58,7 +58,7 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, Vec<Duration>>, AdviseError>
         let ms: f64 = raw
             .parse()
             .ok()
-            .filter(|v: &f64| v.is_finite() && *v >= 0.0 && *v < 1e12)
+            .filter(|v: &f64| v.is_finite() && *v >= 0.0 && *v < super::MAX_LATENCY_SECS * 1000.0)
             .ok_or_else(|| {
                 AdviseError::at(
                     n,

@@ -56,6 +56,9 @@ pub const MARGIN: Duration = Duration::from_millis(200);
 pub const ALARM_SHARE: f64 = 0.8;
 /// Advised timeouts are rounded up to a multiple of this.
 pub const ROUND_TO: Duration = Duration::from_millis(10);
+/// The largest latency read from any input, in seconds (about 31 years): a larger value is
+/// unusable, not a latency, and would overflow the arithmetic of the rule.
+pub const MAX_LATENCY_SECS: f64 = 1e9;
 
 /// Latency percentiles of one endpoint over one window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

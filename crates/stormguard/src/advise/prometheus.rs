@@ -94,7 +94,7 @@ impl Histogram {
     pub fn percentiles(&self) -> Option<Percentiles> {
         let at = |q| {
             self.quantile(q)
-                .filter(|s| s.is_finite() && *s >= 0.0)
+                .filter(|s| s.is_finite() && (0.0..super::MAX_LATENCY_SECS).contains(s))
                 .map(Duration::from_secs_f64)
         };
         Some(Percentiles {

@@ -236,3 +236,11 @@ proptest! {
         }
     }
 }
+
+/// A bucket bound beyond any latency (`le="1e300"`) makes the percentiles that fall in it
+/// unusable — no advice — instead of overflowing a `Duration`.
+#[test]
+fn an_absurd_bucket_bound_gives_no_percentiles_instead_of_a_panic() {
+    let hist = Histogram::new([(0.1, 10.0), (1e300, 1000.0), (f64::INFINITY, 1000.0)]);
+    assert_eq!(hist.percentiles(), None);
+}

@@ -202,3 +202,26 @@ fn vegas_lowers_a_limit_whose_round_trips_exceed_the_tolerance() {
         3
     );
 }
+
+/// One very fast sample (a cache hit, an early error) makes the no-load RTT tiny and every
+/// later window look hundreds of times too slow: the tolerance then halves the limit per
+/// window at most, instead of taking it to its minimum at once.
+#[test]
+fn vegas_halves_at_most_per_window_after_a_fast_outlier() {
+    let mut vegas = LimitAlgorithm::from(Vegas::new().with_limits(1, 20, 100));
+    let outlier = WindowSample {
+        rtt: Duration::from_millis(5),
+        min_rtt: Duration::from_micros(5),
+        samples: 50,
+        dropped: 0,
+        max_in_flight: 20,
+    };
+    assert_eq!(vegas.update(&outlier), 10);
+    assert_eq!(
+        vegas.update(&WindowSample {
+            max_in_flight: 10,
+            ..outlier
+        }),
+        5
+    );
+}

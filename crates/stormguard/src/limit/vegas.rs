@@ -19,7 +19,9 @@ const MAX_TOLERANCE: f64 = 100.0;
 /// - a window with a drop: `limit − log`;
 /// - `rtt > tolerance × rtt_noload` (requests wait longer than the tolerance allows, however
 ///   few they are): `limit × tolerance × rtt_noload / rtt`, the limit at which the queue
-///   would fit the tolerance;
+///   would fit the tolerance, but at most halving the limit in one window (one fast outlier —
+///   a cache hit, an early error — that lowers the no-load RTT must not take the limit to its
+///   minimum at once);
 /// - `queue ≤ log` (no queue to speak of): `limit + 6·log` (grow fast);
 /// - `queue < 3·log` (alpha): `limit + log`;
 /// - `queue > 6·log` (beta): `limit − log`;
@@ -214,7 +216,7 @@ impl Vegas {
         } else if f64::from(w.max_in_flight) * 2.0 < limit {
             return self.limit();
         } else if stretch > self.tolerance {
-            limit * self.tolerance / stretch
+            (limit * self.tolerance / stretch).max(limit / 2.0)
         } else {
             let queue = (limit * (1.0 - 1.0 / stretch)).ceil();
             if queue <= log {

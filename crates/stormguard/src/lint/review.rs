@@ -102,11 +102,25 @@ pub fn review(
         let name = &endpoint.endpoint;
         let mut judged: Vec<(String, Severity, String)> = Vec::new();
         match endpoint.change {
-            EndpointChange::Added => judged.push((
-                String::new(),
-                Severity::Note,
-                "new endpoint policy".to_owned(),
-            )),
+            EndpointChange::Added => {
+                judged.push((
+                    String::new(),
+                    Severity::Note,
+                    "new endpoint policy".to_owned(),
+                ));
+                // A new policy has no old one to be judged against: it is judged by the rules
+                // a policy breaks on its own, as `policy lint` would.
+                if let Some(policy) = new.endpoint(name) {
+                    let idempotent = crate::graph::idempotent_by_name(name);
+                    super::rules::intrinsic(policy, "", idempotent, &mut |rule, field, message| {
+                        judged.push((
+                            field.trim_start_matches('.').to_owned(),
+                            rule.severity(),
+                            format!("{}: {message}", rule.id()),
+                        ));
+                    });
+                }
+            }
             EndpointChange::Removed => judged.push((
                 String::new(),
                 Severity::Note,
