@@ -2,6 +2,7 @@
 //! gRPC clients use it), each connection served on its own task.
 
 use std::convert::Infallible;
+use std::time::Duration;
 
 use axum::body::Body;
 use http::{Request, Response};
@@ -16,16 +17,26 @@ use tower::util::BoxCloneService;
 /// upstream gave none).
 pub(crate) type ProxyService = BoxCloneService<Request<Incoming>, Response<Body>, Infallible>;
 
+/// The pause after a failed accept, doubling while accepts keep failing: out of file
+/// descriptors, an immediate retry fails again at once and would spin a core exactly when
+/// the machine is overloaded.
+const ACCEPT_PAUSE: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(200));
+
 /// Serves `service` on `listener` until the task is aborted.
 pub(crate) async fn serve(listener: TcpListener, service: ProxyService) {
+    let mut pause = ACCEPT_PAUSE.0;
     loop {
         let (stream, _) = match listener.accept().await {
-            Ok(accepted) => accepted,
+            Ok(accepted) => {
+                pause = ACCEPT_PAUSE.0;
+                accepted
+            }
             // Out of file descriptors, or a connection reset before it was accepted: the
-            // listener is still good.
+            // listener is still good; try again after a pause.
             Err(error) => {
-                tracing::warn!(%error, "stormguard proxy: accept failed");
-                tokio::task::yield_now().await;
+                tracing::warn!(%error, ?pause, "stormguard proxy: accept failed");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(ACCEPT_PAUSE.1);
                 continue;
             }
         };
