@@ -76,7 +76,7 @@ async fn acknowledged(
 /// Retries on 503 with no backoff, and a breaker that opens at six failures of six calls.
 fn policy(max_attempts: u32) -> String {
     format!(
-        "[endpoints.default]\nidempotency = \"idempotent\"\n\
+        "[endpoints.default]\n\
          retry = {{ max_attempts = {max_attempts} }}\n\
          backoff = {{ kind = \"fixed\", base = \"0\", cap = \"0\", jitter = \"none\" }}\n\
          breaker = {{ count = 100, minimum_throughput = 6, failure_ratio = 0.5, open = \"1h\" }}\n"
