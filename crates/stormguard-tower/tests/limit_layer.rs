@@ -192,6 +192,45 @@ async fn a_queued_request_is_shed_when_its_patience_runs_out() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_queued_request_waits_no_longer_than_one_expected_round_trip() {
+    let mut hold = ClockHold::new();
+    // One slot; ten requests of 20 ms teach the limiter that a request takes 20 ms.
+    let layer = AdaptiveLimitLayer::builder(fixed(1).with_window(MS(100), 10))
+        .with_queue(4, MS(5), MS(100))
+        .build()
+        .unwrap();
+    let gate = Arc::new(Semaphore::new(0));
+    let addr = serve(layer.clone(), gate.clone()).await;
+    for i in 1..=10 {
+        let request = tokio::spawn(send(addr, "/gated", &[]));
+        hold.within(until(&layer, |s| s.admitted == i)).await;
+        tokio::time::advance(MS(20)).await;
+        gate.add_permits(1);
+        assert_eq!(hold.within(request).await.unwrap().status(), StatusCode::OK);
+    }
+    assert_eq!(layer.limiter().expected_rtt(), Some(MS(20)));
+    let held = tokio::spawn(send(addr, "/gated", &[]));
+    hold.within(until(&layer, |s| s.admitted == 11)).await;
+    // A burst (the queue was empty just before): CoDel alone would let it wait the whole
+    // 100 ms interval; one round trip of 20 ms is all it gets.
+    let queued = tokio::spawn(send(addr, "/", &[]));
+    hold.within(async {
+        while layer.queued() == 0 {
+            tokio::task::yield_now().await
+        }
+    })
+    .await;
+    tokio::time::advance(MS(19)).await;
+    assert!(!queued.is_finished(), "still within one round trip");
+    tokio::time::advance(MS(2)).await;
+    let shed = hold.within(queued).await.unwrap();
+    assert_eq!(shed.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(layer.stats().shed_queue_timeout, 1);
+    gate.add_permits(1);
+    assert_eq!(hold.within(held).await.unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
 async fn requests_whose_deadline_is_shorter_than_the_service_time_are_shed_first() {
     let mut hold = ClockHold::new();
     // Windows of 100 ms and 10 samples: ten requests of 50 ms teach the limiter that a request

@@ -34,7 +34,9 @@
 //! that has been empty in the last `interval` (100 ms) is absorbing a burst, and a request may
 //! wait up to `interval`; one that has not is a standing queue, and a request may wait only
 //! `target` (5 ms). While the queue stands, the newest waiter is served first (adaptive LIFO):
-//! the oldest are the likeliest to have been given up on by their callers.
+//! the oldest are the likeliest to have been given up on by their callers. Neither wait is
+//! longer than one expected round trip (a burst still gets `target`): waiting longer than a
+//! service time would double the latency the limit protects.
 //!
 //! # The answer
 //!
@@ -169,7 +171,7 @@ async fn wait_for_slot(
     arrived: Instant,
     deadline: Option<&IncomingDeadline>,
 ) -> Result<Ticket, ShedReason> {
-    let Some(place) = shared.queue.join(arrived) else {
+    let Some(place) = shared.queue.join(arrived, shared.limiter.expected_rtt()) else {
         return Err(ShedReason::QueueFull);
     };
     let give_up = tokio::time::Instant::from_std(arrived + place.patience);
@@ -188,7 +190,7 @@ async fn wait_for_slot(
                     return Ok(ticket);
                 }
                 // Another request took the slot first: queue again with the patience left.
-                let Some(again) = shared.queue.join(now()) else {
+                let Some(again) = shared.queue.join(now(), shared.limiter.expected_rtt()) else {
                     return Err(ShedReason::QueueFull);
                 };
                 wake = again.wake;

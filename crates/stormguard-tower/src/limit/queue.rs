@@ -6,6 +6,14 @@
 //! server is overloaded, and a request may wait only `target` before it is shed. While the
 //! queue stands, the newest waiter is served first (adaptive LIFO): the oldest have the least
 //! time left and their callers are the likeliest to have given up.
+//!
+//! Both waits are also capped by what an admitted request currently takes (the limiter's
+//! expected round trip): a request that waits longer than one service time doubles its
+//! latency, which is the latency the limit exists to protect. Bursting, a request waits at most
+//! one round trip (but at least `target`); standing, at most `target` or one round trip,
+//! whichever is shorter. With a 2 ms handler a standing queue then holds requests for about
+//! one round trip instead of CoDel's fixed 5 ms (100 ms while bursting), and the admitted
+//! requests' latency stays within about twice the unloaded one.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -20,6 +28,20 @@ pub(super) struct QueueConfig {
     pub(super) capacity: usize,
     pub(super) target: Duration,
     pub(super) interval: Duration,
+}
+
+impl QueueConfig {
+    /// How long a request joining the queue may wait: CoDel's `target` while the queue
+    /// stands, its `interval` while it absorbs a burst, each capped by one `expected` round
+    /// trip (a burst still gets at least `target`).
+    fn patience(&self, standing: bool, expected: Option<Duration>) -> Duration {
+        let round_trip = expected.unwrap_or(Duration::MAX);
+        if standing {
+            self.target.min(round_trip)
+        } else {
+            self.interval.min(round_trip.max(self.target))
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -63,7 +85,8 @@ impl WaitQueue {
     }
 
     /// Joins the queue at `now`, or `None` when it is full (or has no room at all).
-    pub(super) fn join(&self, now: Instant) -> Option<Place> {
+    /// `expected` is what an admitted request currently takes (none known yet: no cap).
+    pub(super) fn join(&self, now: Instant, expected: Option<Duration>) -> Option<Place> {
         if self.config.capacity == 0 {
             return None;
         }
@@ -81,11 +104,7 @@ impl WaitQueue {
         self.len_hint.store(state.waiters.len(), Ordering::Relaxed);
         Some(Place {
             wake,
-            patience: if standing {
-                self.config.target
-            } else {
-                self.config.interval
-            },
+            patience: self.config.patience(standing, expected),
         })
     }
 
@@ -120,5 +139,40 @@ impl WaitQueue {
     /// Waiters (some may have given up).
     pub(super) fn len(&self) -> usize {
         self.len_hint.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    fn config() -> QueueConfig {
+        QueueConfig {
+            capacity: 8,
+            target: MS(5),
+            interval: MS(100),
+        }
+    }
+
+    #[test]
+    fn without_a_known_round_trip_the_waits_are_codels() {
+        assert_eq!(config().patience(false, None), MS(100));
+        assert_eq!(config().patience(true, None), MS(5));
+    }
+
+    #[test]
+    fn a_short_round_trip_caps_both_waits_but_a_burst_keeps_the_target() {
+        assert_eq!(config().patience(false, Some(MS(2))), MS(5));
+        assert_eq!(config().patience(true, Some(MS(2))), MS(2));
+        assert_eq!(config().patience(false, Some(MS(20))), MS(20));
+        assert_eq!(config().patience(true, Some(MS(20))), MS(5));
+    }
+
+    #[test]
+    fn a_long_round_trip_leaves_codels_waits() {
+        assert_eq!(config().patience(false, Some(MS(500))), MS(100));
+        assert_eq!(config().patience(true, Some(MS(500))), MS(5));
     }
 }
