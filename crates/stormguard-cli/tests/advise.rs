@@ -6,8 +6,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -221,7 +220,8 @@ fn a_prometheus_server_gives_the_same_advice_as_the_snapshot() {
     let samples = generated(4, 1200);
     let full = exposition(&samples, &labels, 1);
     let zero = exposition(&samples, &labels, 0);
-    let scrapes = Arc::new(AtomicUsize::new(0));
+    // Scrapes served so far, signalled to the waiting test on each one.
+    let scrapes = Arc::new((Mutex::new(0usize), Condvar::new()));
 
     // The test service: zero counts on the first scrape, all of them from the second on, so
     // the increase over the window is exactly the snapshot's counts.
@@ -237,8 +237,11 @@ fn a_prometheus_server_gives_the_same_advice_as_the_snapshot() {
     let app = axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || {
-            let n = served.fetch_add(1, Ordering::SeqCst);
-            let body = if n == 0 { zero.clone() } else { full.clone() };
+            let (count, scraped) = &*served;
+            let mut n = count.lock().unwrap();
+            let body = if *n == 0 { zero.clone() } else { full.clone() };
+            *n += 1;
+            scraped.notify_all();
             async move { body }
         }),
     );
@@ -258,37 +261,46 @@ fn a_prometheus_server_gives_the_same_advice_as_the_snapshot() {
     ]);
     assert_eq!(from_file[0]["timeout"], "1500ms");
 
-    // Bounded wait for the scrapes (1 s apart) and the answer.
+    // Waits on the scrapes themselves (Prometheus scrapes on its own 1 s clock): from the
+    // third on, the server has both samples; each "no data yet" answer waits for the next
+    // scrape. Bounded at 90 s.
     let selector = format!("run=\"{run}\"");
-    let started = Instant::now();
+    let give_up = Instant::now() + Duration::from_secs(90);
+    let (count, scraped) = &*scrapes;
+    let mut seen = 2;
     let from_server = loop {
-        if scrapes.load(Ordering::SeqCst) >= 3 {
-            let o = stormguard(&[
-                "advise",
-                "timeouts",
-                "--prometheus",
-                &url,
-                "--normal-range",
-                "5m",
-                "--selector",
-                &selector,
-                "--metric",
-                "lat",
-                "--format",
-                "json",
-            ]);
-            let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-            if o.status.success() {
-                break serde_json::from_slice::<Vec<Value>>(&o.stdout).unwrap();
-            }
-            // Until the samples are in, the server has no answer for this run's series.
-            assert!(stderr.contains("no latency data"), "{stderr}");
+        let mut n = count.lock().unwrap();
+        while *n <= seen {
+            let left = give_up.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "Prometheus at {url} did not scrape {target} in 90 s ({} scrapes)",
+                *n
+            );
+            n = scraped.wait_timeout(n, left).unwrap().0;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "Prometheus at {url} did not scrape {target} in 90 s"
-        );
-        std::thread::sleep(Duration::from_millis(500));
+        seen = *n;
+        drop(n);
+        let o = stormguard(&[
+            "advise",
+            "timeouts",
+            "--prometheus",
+            &url,
+            "--normal-range",
+            "5m",
+            "--selector",
+            &selector,
+            "--metric",
+            "lat",
+            "--format",
+            "json",
+        ]);
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        if o.status.success() {
+            break serde_json::from_slice::<Vec<Value>>(&o.stdout).unwrap();
+        }
+        // Until the samples are in, the server has no answer for this run's series.
+        assert!(stderr.contains("no latency data"), "{stderr}");
     };
     assert_eq!(from_server[0]["endpoint"], "GET /search");
     assert_eq!(from_server[0]["timeout"], from_file[0]["timeout"]);
