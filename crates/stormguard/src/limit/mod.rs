@@ -31,7 +31,11 @@
 //! compare-and-swap) and hands back a [`Ticket`]; [`Limiter::release`] gives the slot back (one
 //! atomic subtraction) and adds the request's RTT to the current window, in running totals of
 //! the releasing thread's own (plain loads and stores, no shared write). No lock, and no
-//! allocation after a thread's first release. Once
+//! allocation after a thread's first release. The ticket keeps the admission instant as it
+//! is, so the pair does one clock subtraction (the RTT) and one comparison with the window's
+//! end, held as an instant in a sequence-locked cell that only the window's closer writes: an
+//! `Instant` subtraction is a call into std of about 70 instructions, the largest step of a
+//! pair once there were two. Once
 //! per window ([`LimiterConfig::with_window`], 100 ms and 10 samples by default, after Envoy's
 //! `concurrency_update_interval` and Netflix's `WindowedLimit`), the release that closes it
 //! feeds the window's [`WindowSample`] to the algorithm and publishes the new limit. Requests
@@ -80,6 +84,8 @@ pub use vegas::Vegas;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use crossbeam_utils::atomic::AtomicCell;
 
 use crate::classify::Outcome;
 use crate::clock::Clock;
@@ -204,7 +210,7 @@ pub struct LimitExceeded {
 #[derive(Debug)]
 #[must_use = "a ticket holds a slot until it is released"]
 pub struct Ticket {
-    start_ns: u64,
+    start: Instant,
     partition: u32,
 }
 
@@ -234,15 +240,14 @@ pub struct Limiter {
     /// The shortest RTT of the current window, in nanoseconds.
     min_rtt_ns: AtomicU64,
     drops: AtomicU32,
-    /// When the current window may close, in nanoseconds since `origin`.
-    window_end: AtomicU64,
+    /// When the current window may close.
+    window_end: AtomicCell<Instant>,
     /// The last closed window's mean RTT, in nanoseconds; 0 before the first.
     expected_ns: AtomicU64,
     /// The algorithm and what the last closed window saw: the closer's, one at a time.
     update: Mutex<Update>,
     partitions: Box<[Partition]>,
-    origin: Instant,
-    window_ns: u64,
+    window: Duration,
     min_samples: u64,
 }
 
@@ -251,7 +256,7 @@ impl Limiter {
     /// now; `Err` names the first invalid field.
     pub fn new(config: LimiterConfig, clock: &Clock) -> Result<Limiter, InvalidConfig> {
         config.validate()?;
-        let window_ns = u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX);
+        let start = clock.now();
         Ok(Limiter {
             limit: AtomicU32::new(config.algorithm.limit()),
             in_flight: AtomicU32::new(0),
@@ -259,7 +264,7 @@ impl Limiter {
             samples: Samples::default(),
             min_rtt_ns: AtomicU64::new(u64::MAX),
             drops: AtomicU32::new(0),
-            window_end: AtomicU64::new(window_ns),
+            window_end: AtomicCell::new(later(start, config.window)),
             expected_ns: AtomicU64::new(0),
             update: Mutex::new(Update {
                 algorithm: config.algorithm,
@@ -273,8 +278,7 @@ impl Limiter {
                     in_flight: AtomicU32::new(0),
                 })
                 .collect(),
-            origin: clock.now(),
-            window_ns,
+            window: config.window,
             min_samples: u64::from(config.min_samples),
         })
     }
@@ -342,7 +346,7 @@ impl Limiter {
             self.peak.fetch_max(n, Ordering::Relaxed);
         }
         Ok(Ticket {
-            start_ns: self.since_origin(now),
+            start: now,
             partition: partition as u32,
         })
     }
@@ -356,14 +360,14 @@ impl Limiter {
         if matches!(outcome, Outcome::InDoubt | Outcome::Overloaded { .. }) {
             self.drops.fetch_add(1, Ordering::Relaxed);
         }
-        let now_ns = self.since_origin(now);
-        let rtt_ns = now_ns.saturating_sub(ticket.start_ns);
+        let rtt = now.saturating_duration_since(ticket.start);
+        let rtt_ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
         if rtt_ns < self.min_rtt_ns.load(Ordering::Relaxed) {
             self.min_rtt_ns.fetch_min(rtt_ns, Ordering::Relaxed);
         }
         self.samples.add(rtt_ns);
-        if now_ns >= self.window_end.load(Ordering::Relaxed) {
-            self.close_window(now_ns);
+        if now >= self.window_end.load() {
+            self.close_window(now);
         }
     }
 
@@ -381,20 +385,16 @@ impl Limiter {
         }
     }
 
-    fn since_origin(&self, now: Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
-    }
-
     /// Closes the current window, once it has its samples (one releaser wins the race), and
     /// runs the algorithm on it.
     #[cold]
-    fn close_window(&self, now_ns: u64) {
-        let end = self.window_end.load(Ordering::Relaxed);
-        let next = now_ns.saturating_add(self.window_ns);
-        if self
-            .window_end
-            .compare_exchange(end, next, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
+    fn close_window(&self, now: Instant) {
+        let end = self.window_end.load();
+        if now < end
+            || self
+                .window_end
+                .compare_exchange(end, later(now, self.window))
+                .is_err()
         {
             return;
         }
@@ -407,7 +407,7 @@ impl Limiter {
         };
         let Some((samples, sum_ns)) = self.samples.take(&mut update.seen, self.min_samples) else {
             // Too few samples yet: the window stays open and the next release looks again.
-            self.window_end.store(end, Ordering::Relaxed);
+            self.window_end.store(end);
             return;
         };
         let dropped = self.drops.swap(0, Ordering::Relaxed);
@@ -427,6 +427,14 @@ impl Limiter {
         self.limit.store(limit, Ordering::Relaxed);
         self.expected_ns.store(mean_ns, Ordering::Relaxed);
     }
+}
+
+/// `length` after `from`; a length past what an instant can hold is a window of about 136
+/// years.
+fn later(from: Instant, length: Duration) -> Instant {
+    from.checked_add(length)
+        .or_else(|| from.checked_add(Duration::from_secs(u64::from(u32::MAX))))
+        .unwrap_or(from)
 }
 
 /// What the window's closer works on.
