@@ -14,7 +14,10 @@
 //! A route may name a host before its path, `"GET users.internal/users/*"`: it then matches
 //! only requests to that host (the request URI's authority, else its `Host` header; without a
 //! port in the pattern, any port; case-insensitive). One policy file can so hold the routes
-//! of several downstreams, as a sidecar proxy that calls them all needs.
+//! of several downstreams, as a sidecar proxy that calls them all needs. A host has a `.` or
+//! a port, or is `localhost`: a single word before the first `/` (`"GET api/users"`) is far
+//! likelier a path missing its `/` than a host, and is refused rather than read as one
+//! (a one-label service name is written with its port, `"GET users:8080/users/*"`).
 //!
 //! Specificity: a route naming the host beats one that does not, then an exact path beats a
 //! prefix, a longer prefix beats a shorter one, and a route naming its method beats one that
@@ -81,6 +84,13 @@ pub enum InvalidRoute {
     /// optional `:port`).
     #[error("route host {0:?} is not a host name")]
     BadHost(String),
+    /// The text before the path is one word without a `.` or a port: a path missing its
+    /// leading `/`, or a one-label host that must name its port.
+    #[error(
+        "route {0:?} does not start with '/': a host before the path needs a '.' or a ':port' \
+         (\"users:8080/list\"), and a path starts with '/'"
+    )]
+    HostOrPath(String),
 }
 
 impl FromStr for RoutePattern {
@@ -101,7 +111,7 @@ impl FromStr for RoutePattern {
         };
         let (host, path) = match path.find('/') {
             Some(0) => (None, path),
-            Some(at) => (Some(parse_host(&path[..at])?), &path[at..]),
+            Some(at) => (Some(parse_host(&path[..at], path)?), &path[at..]),
             None => return Err(InvalidRoute::PathNotAbsolute(path.to_owned())),
         };
         let path = match path.find('*') {
@@ -113,8 +123,9 @@ impl FromStr for RoutePattern {
     }
 }
 
-/// A route's host, lowercased: a name of letters, digits, `-` and `.`, and an optional port.
-fn parse_host(host: &str) -> Result<Box<str>, InvalidRoute> {
+/// A route's host, lowercased: a name of letters, digits, `-` and `.`, and an optional port;
+/// with a `.` or a port, or `localhost` (`route` is the whole host and path, for the error).
+fn parse_host(host: &str, route: &str) -> Result<Box<str>, InvalidRoute> {
     let (name, port) = match host.split_once(':') {
         Some((name, port)) => (name, Some(port)),
         None => (host, None),
@@ -124,11 +135,13 @@ fn parse_host(host: &str) -> Result<Box<str>, InvalidRoute> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
     let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok());
-    if name_ok && port_ok {
-        Ok(host.to_ascii_lowercase().into())
-    } else {
-        Err(InvalidRoute::BadHost(host.to_owned()))
+    if !(name_ok && port_ok) {
+        return Err(InvalidRoute::BadHost(host.to_owned()));
     }
+    if port.is_none() && !name.contains('.') && !name.eq_ignore_ascii_case("localhost") {
+        return Err(InvalidRoute::HostOrPath(route.to_owned()));
+    }
+    Ok(host.to_ascii_lowercase().into())
 }
 
 /// Whether a request to `host` (as written in a URI authority or a `Host` header) goes to the
@@ -286,6 +299,18 @@ mod tests {
             "a:99999/x".parse::<RoutePattern>(),
             Err(InvalidRoute::BadHost(_))
         ));
+    }
+
+    #[test]
+    fn a_single_word_before_the_path_is_refused_unless_it_names_a_port() {
+        let typo = "GET api/users".parse::<RoutePattern>().unwrap_err();
+        assert_eq!(typo, InvalidRoute::HostOrPath("api/users".to_owned()));
+        assert!(typo.to_string().contains("starts with '/'"), "{typo}");
+        let one_label: RoutePattern = "GET users:8080/list".parse().unwrap();
+        assert!(one_label.matches_host(&Method::GET, Some("users:8080"), "/list"));
+        let local: RoutePattern = "GET LocalHost/list".parse().unwrap();
+        assert!(local.matches_host(&Method::GET, Some("localhost:3000"), "/list"));
+        assert!("GET users.internal/list".parse::<RoutePattern>().is_ok());
     }
 
     proptest! {
