@@ -41,8 +41,8 @@ pub(super) fn breaker_changed(endpoint: &str, change: &StateChange) {
     tracing::warn!(
         target: TARGET,
         endpoint,
-        from = ?change.from,
-        to = ?change.to,
+        from = change.from.label(),
+        to = change.to.label(),
         cause = ?change.cause,
         "breaker state changed"
     );

@@ -96,14 +96,15 @@ pub(super) fn refused(call: &CallInfo<'_>, by: &'static str) {
 }
 
 pub(super) fn breaker_changed(endpoint: &str, change: &StateChange) {
-    let (value, to) = match change.to {
-        BreakerState::Closed => (0.0, "closed"),
-        BreakerState::Open => (1.0, "open"),
-        BreakerState::HalfOpen => (2.0, "half_open"),
-        BreakerState::Isolated => (3.0, "isolated"),
+    let value = match change.to {
+        BreakerState::Closed => 0.0,
+        BreakerState::Open => 1.0,
+        BreakerState::HalfOpen => 2.0,
+        BreakerState::Isolated => 3.0,
     };
     gauge!(BREAKER_STATE, "endpoint" => endpoint.to_owned()).set(value);
-    counter!(BREAKER_TRANSITIONS, "endpoint" => endpoint.to_owned(), "to" => to).increment(1);
+    counter!(BREAKER_TRANSITIONS, "endpoint" => endpoint.to_owned(), "to" => change.to.label())
+        .increment(1);
 }
 
 pub(super) fn hedge(call: &CallInfo<'_>, event: HedgeEvent) {

@@ -24,6 +24,24 @@ pub enum BreakerState {
     Isolated,
 }
 
+impl BreakerState {
+    /// The state's one name in metrics labels, logs and status pages: `closed`, `open`,
+    /// `half_open`, `isolated`.
+    ///
+    /// ```
+    /// use stormguard::breaker::BreakerState;
+    /// assert_eq!(BreakerState::HalfOpen.label(), "half_open");
+    /// ```
+    pub const fn label(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+            BreakerState::Isolated => "isolated",
+        }
+    }
+}
+
 /// Where the state machine is, with what each phase needs to decide.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Phase {
