@@ -361,7 +361,10 @@ impl Limiter {
             self.drops.fetch_add(1, Ordering::Relaxed);
         }
         let rtt = now.saturating_duration_since(ticket.start);
-        let rtt_ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
+        let rtt_ns = rtt
+            .as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(rtt.subsec_nanos()));
         if rtt_ns < self.min_rtt_ns.load(Ordering::Relaxed) {
             self.min_rtt_ns.fetch_min(rtt_ns, Ordering::Relaxed);
         }
