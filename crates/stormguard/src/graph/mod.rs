@@ -23,6 +23,9 @@
 //! ```toml
 //! [services.web]
 //! retry_signal = true          # sends X-Retry-Exhausted when it gives up, honours it from below
+//! workers = 200                # requests worked on at once (default: no limit)
+//! queue = 1000                 # requests waiting for a worker (default: no limit)
+//! honours_deadline = true      # drops work whose caller's deadline passed (default)
 //!
 //! [services.web.endpoints."GET /checkout"]
 //! requests_per_sec = 200
@@ -115,14 +118,37 @@ impl Source {
 }
 
 /// One service of the graph.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Service {
     /// Whether the service's client stack says "don't retry" upstream when it gives up
     /// (`X-Retry-Exhausted: true`) and honours that signal from below, so only one layer of
     /// a path retries.
     pub retry_signal: bool,
+    /// Requests it works on at once (threads, worker tasks); `None`: no limit. Read by the
+    /// simulator (`stormguard simulate policy`), where a request holds its worker while it
+    /// works and while it waits for its own calls.
+    pub workers: Option<u32>,
+    /// Requests that may wait for a worker (FIFO) when all are busy; `None`: no limit. A
+    /// request that finds the queue full is refused with a 503.
+    pub queue: Option<u32>,
+    /// Whether the service reads the deadline its callers send (as stormguard's server
+    /// deadline layer does): it refuses a request whose deadline passed while it waited,
+    /// and stops working on one when its deadline passes. Default `true`.
+    pub honours_deadline: bool,
     /// Its endpoints, by name.
     pub endpoints: BTreeMap<String, Endpoint>,
+}
+
+impl Default for Service {
+    fn default() -> Self {
+        Service {
+            retry_signal: false,
+            workers: None,
+            queue: None,
+            honours_deadline: true,
+            endpoints: BTreeMap::new(),
+        }
+    }
 }
 
 /// One endpoint: what is known of it, and the calls it makes.
@@ -132,6 +158,8 @@ pub struct Endpoint {
     pub idempotent: bool,
     /// Its latency, as far as known.
     pub latency: Latency,
+    /// The histogram the latency was read from, when the file gave one (empty otherwise).
+    pub histogram: Vec<Bucket>,
     /// The share of its calls that fail, 0..=1.
     pub failure_rate: Option<f64>,
     /// Requests per second it serves.
@@ -151,6 +179,16 @@ pub struct Latency {
     pub p99: Option<Duration>,
     /// The 99.9th percentile.
     pub p999: Option<Duration>,
+}
+
+/// One bucket of a latency histogram: `count` requests took at most `le` and more than the
+/// bucket before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    /// The bucket's upper bound.
+    pub le: Duration,
+    /// Requests in it.
+    pub count: u64,
 }
 
 /// One call from an endpoint to another service's endpoint.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{
-    Call, CallGraph, DEFAULT_RETRY_ON, Endpoint, GraphError, Latency, PolicyOrigin, Service,
+    Bucket, Call, CallGraph, DEFAULT_RETRY_ON, Endpoint, GraphError, Latency, PolicyOrigin, Service,
     Source, idempotent_by_name,
 };
 use crate::duration::{MAX_QUOTED, cut};
@@ -30,6 +30,9 @@ struct RawGraph {
 struct RawService {
     #[serde(default)]
     retry_signal: bool,
+    workers: Option<u32>,
+    queue: Option<u32>,
+    honours_deadline: Option<bool>,
     #[serde(default)]
     endpoints: BTreeMap<String, RawEndpoint>,
 }
@@ -200,6 +203,13 @@ enum Step {
 struct Steps(Vec<Step>);
 
 impl Steps {
+    fn service(service: &str) -> Steps {
+        Steps(vec![
+            Step::Name("services".into()),
+            Step::Name(service.into()),
+        ])
+    }
+
     fn endpoint(service: &str, endpoint: &str) -> Steps {
         Steps(vec![
             Step::Name("services".into()),
@@ -317,6 +327,19 @@ impl Builder<'_> {
         let mut services = BTreeMap::new();
         for (service_name, raw_service) in &raw.services {
             let mut endpoints = BTreeMap::new();
+            let service_at = Steps::service(service_name);
+            if raw_service.workers == Some(0) {
+                return Err(self.invalid(
+                    &service_at.field("workers"),
+                    "a service needs at least one worker (leave it out for no limit)",
+                ));
+            }
+            if raw_service.queue.is_some() && raw_service.workers.is_none() {
+                return Err(self.invalid(
+                    &service_at.field("queue"),
+                    "a queue only makes sense in front of a limited number of `workers`",
+                ));
+            }
             for (endpoint_name, raw_endpoint) in &raw_service.endpoints {
                 let at = Steps::endpoint(service_name, endpoint_name);
                 let endpoint = self.endpoint(&names, &at, endpoint_name, raw_endpoint)?;
@@ -326,6 +349,9 @@ impl Builder<'_> {
                 service_name.clone(),
                 Service {
                     retry_signal: raw_service.retry_signal,
+                    workers: raw_service.workers,
+                    queue: raw_service.queue,
+                    honours_deadline: raw_service.honours_deadline.unwrap_or(true),
                     endpoints,
                 },
             );
@@ -357,8 +383,8 @@ impl Builder<'_> {
                 ));
             }
         }
-        let latency = match &raw.latency {
-            None => Latency::default(),
+        let (latency, histogram) = match &raw.latency {
+            None => (Latency::default(), Vec::new()),
             Some(l) => self.latency(&at.field("latency"), l)?,
         };
         let mut calls = Vec::with_capacity(raw.calls.len());
@@ -369,13 +395,18 @@ impl Builder<'_> {
         Ok(Endpoint {
             idempotent: raw.idempotent.unwrap_or_else(|| idempotent_by_name(name)),
             latency,
+            histogram,
             failure_rate: raw.failure_rate,
             requests_per_sec: raw.requests_per_sec,
             calls,
         })
     }
 
-    fn latency(&self, at: &Steps, raw: &RawLatency) -> Result<Latency, GraphError> {
+    fn latency(
+        &self,
+        at: &Steps,
+        raw: &RawLatency,
+    ) -> Result<(Latency, Vec<Bucket>), GraphError> {
         let given = Latency {
             p50: raw.p50,
             p90: raw.p90,
@@ -383,7 +414,7 @@ impl Builder<'_> {
             p999: raw.p999,
         };
         let Some(buckets) = &raw.histogram else {
-            return Ok(given);
+            return Ok((given, Vec::new()));
         };
         if given != Latency::default() {
             return Err(self.invalid(
@@ -415,12 +446,20 @@ impl Builder<'_> {
             }
             buckets.last().map(|b| b.le)
         };
-        Ok(Latency {
+        let latency = Latency {
             p50: quantile(0.5),
             p90: quantile(0.9),
             p99: quantile(0.99),
             p999: quantile(0.999),
-        })
+        };
+        let kept = buckets
+            .iter()
+            .map(|b| Bucket {
+                le: b.le,
+                count: b.count,
+            })
+            .collect();
+        Ok((latency, kept))
     }
 
     fn call(
