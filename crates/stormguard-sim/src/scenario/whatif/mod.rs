@@ -298,11 +298,11 @@ pub fn run(
     } else {
         VirtualClock::unread()
     };
-    let horizon = run_for.saturating_sub(1);
+    let bins = usize::try_from(run_for.div_ceil(bin.max(1))).unwrap_or(usize::MAX);
     let stats = model
         .services
         .iter()
-        .map(|_| ServiceStats::new(bin, horizon))
+        .map(|_| ServiceStats::new(bins))
         .collect::<Result<Vec<_>, _>>()?;
     let entry_nodes: Vec<(usize, f64)> = entries
         .iter()
@@ -323,6 +323,7 @@ pub fn run(
         &model,
         &cfg.injections,
         stats,
+        bin,
         rng::stream(cfg.seed, 0x7768_6174),
     );
     let mut sent = vec![0u64; entry_nodes.len()];
@@ -333,6 +334,7 @@ pub fn run(
     let mut arrived = 0u64;
     let drain_until = run_for.saturating_add(run_for.max(DRAIN * NANOS_PER_SEC));
     let mut queued = None;
+    let mut clock_next = 0;
     while let Some((now, payload)) = w.queue.pop() {
         if now >= run_for && queued.is_none() {
             queued = Some(w.queued());
@@ -341,7 +343,11 @@ pub fn run(
             break;
         }
         events += 1;
-        vclock.advance_to(now);
+        if now >= clock_next {
+            vclock.advance_to(now);
+            clock_next = now.saturating_add(CLOCK_RESOLUTION);
+        }
+        w.tick(now);
         let (kind, slot, operand) = unpack(payload);
         match kind {
             ARRIVAL => {
@@ -370,7 +376,6 @@ pub fn run(
     progress.finish();
     let queued = queued.unwrap_or_else(|| w.queued());
     let faults = fault_window(&cfg.injections, bin);
-    let bins = usize::try_from(run_for.div_ceil(bin.max(1))).unwrap_or(usize::MAX);
     let services = model
         .services
         .iter()
@@ -398,6 +403,10 @@ pub fn run(
         events,
     })
 }
+
+/// Budgets and breakers read the virtual clock to this resolution (their windows are
+/// seconds long; moving a shared clock at every event would cost more than the event).
+const CLOCK_RESOLUTION: Nanos = 100_000;
 
 /// After the run, requests in flight go on for at least this many seconds (or the run's
 /// length, if longer) so that their retries are counted.
@@ -430,11 +439,10 @@ fn row(
     faults: Option<(usize, usize)>,
     bin: Duration,
 ) -> ServiceRow {
-    let requests: u64 = s.arrivals.counts().iter().sum();
-    let ok: u64 = s.ok.counts().iter().sum();
+    let requests = s.sum(0, None, |c| c.arrivals);
+    let ok = s.sum(0, None, |c| c.ok);
     let secs = run_for as f64 / NANOS_PER_SEC as f64;
-    let series = |b: &crate::bins::Bins| b.counts().iter().copied().take(bins).collect::<Vec<_>>();
-    let offered_series = series(&s.arrivals);
+    let offered_series = s.series(bins, |c| c.arrivals);
     let peak = offered_series.iter().copied().max().unwrap_or(0);
     let recover = faults.and_then(|(start, end)| recovery_bins(s, start, end, bins));
     let share = |x: u64| round(x as f64 / requests.max(1) as f64, 4);
@@ -445,7 +453,7 @@ fn row(
         peak_per_sec: round(peak as f64 / bin.as_secs_f64(), 2),
         amplification: round(requests as f64 / entries.max(1) as f64, 4),
         success_rate: share(ok),
-        served: share(s.admitted.counts().iter().sum()),
+        served: share(s.sum(0, None, |c| c.admitted)),
         abandoned: s.abandoned,
         p50_ms: s.latency_ms(0.5).map(|v| round(v, 3)),
         p99_ms: s.latency_ms(0.99).map(|v| round(v, 3)),
@@ -455,7 +463,7 @@ fn row(
         recover_s: recover.map(|b| round(b as f64 * bin.as_secs_f64(), 3)),
         recovered: recover.is_some(),
         offered_series,
-        ok_series: series(&s.ok),
-        served_series: series(&s.admitted),
+        ok_series: s.series(bins, |c| c.ok),
+        served_series: s.series(bins, |c| c.admitted),
     }
 }

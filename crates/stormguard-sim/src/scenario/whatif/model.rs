@@ -129,8 +129,11 @@ pub(super) struct Edge {
     pub(super) breaker: Option<Arc<CircuitBreaker>>,
     /// The policy's overall timeout.
     pub(super) overall: Option<Nanos>,
-    /// What this hop keeps of the time left before handing the deadline on.
-    pub(super) reserve: Reserve,
+    /// What this hop keeps of the time left before handing the deadline on (`None`:
+    /// nothing).
+    pub(super) reserve: Option<Reserve>,
+    /// Whether the calling service sends and honours the don't-retry signal.
+    pub(super) caller_signal: bool,
     /// Whether the client retries a 503.
     pub(super) retries_503: bool,
     /// Whether the policy retries at all (more than one attempt).
@@ -145,8 +148,6 @@ pub(super) struct ServiceModel {
     /// Queue places (`usize::MAX`: no limit).
     pub(super) queue: usize,
     pub(super) honours_deadline: bool,
-    /// Sends and honours the don't-retry signal.
-    pub(super) retry_signal: bool,
 }
 
 /// The compiled graph.
@@ -175,7 +176,6 @@ impl Model {
                     .queue
                     .map_or(usize::MAX, |q| usize::try_from(q).unwrap_or(usize::MAX)),
                 honours_deadline: s.honours_deadline,
-                retry_signal: s.retry_signal,
             });
             for endpoint in s.endpoints.keys() {
                 let id = index.len();
@@ -230,7 +230,9 @@ impl Model {
                         budget,
                         breaker,
                         overall: policy.overall_timeout().map(nanos),
-                        reserve: policy.propagation().reserve,
+                        reserve: Some(policy.propagation().reserve)
+                            .filter(|r| *r != Reserve::NONE),
+                        caller_signal: s.retry_signal,
                         retries_503: call.retry_on.contains(&503),
                         retries: policy.retry().max_attempts() > 1,
                     });

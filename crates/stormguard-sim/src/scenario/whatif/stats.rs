@@ -3,7 +3,6 @@
 
 use hdrhistogram::Histogram;
 
-use crate::bins::Bins;
 use crate::error::InvalidParam;
 use crate::time::{NANOS_PER_SEC, Nanos};
 
@@ -17,16 +16,23 @@ pub(super) const RECOVERY_WINDOW: usize = 5;
 /// count as recovered.
 pub(super) const RECOVERY_SLACK: f64 = 0.05;
 
-/// One service's counters.
+/// What one service saw in one time bin.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Counts {
+    /// Requests arriving.
+    pub(super) arrivals: u64,
+    /// Requests answered with success.
+    pub(super) ok: u64,
+    /// Requests answered with a failure (refused, 503, a failed call).
+    pub(super) failed: u64,
+    /// Requests that got a worker.
+    pub(super) admitted: u64,
+}
+
+/// One service's counters: one [`Counts`] per bin (the event loop knows the bin it is in,
+/// so counting is an index, not a division).
 pub(super) struct ServiceStats {
-    /// Requests arriving, per bin.
-    pub(super) arrivals: Bins,
-    /// Requests answered with success, per bin.
-    pub(super) ok: Bins,
-    /// Requests answered with a failure (refused, 503, a failed call), per bin.
-    pub(super) failed: Bins,
-    /// Requests that got a worker, per bin (when they got it).
-    pub(super) admitted: Bins,
+    bins: Vec<Counts>,
     /// Requests given up: dropped from the queue or stopped at their deadline.
     pub(super) abandoned: u64,
     /// Latency of successful answers, arrival to answer, in nanoseconds.
@@ -35,18 +41,42 @@ pub(super) struct ServiceStats {
 }
 
 impl ServiceStats {
-    pub(super) fn new(bin: Nanos, horizon: Nanos) -> Result<ServiceStats, InvalidParam> {
+    pub(super) fn new(bins: usize) -> Result<ServiceStats, InvalidParam> {
         let latency = Histogram::new_with_bounds(1, MAX_LATENCY, 2)
             .map_err(|e| InvalidParam::new("duration", e.to_string()))?;
         Ok(ServiceStats {
-            arrivals: Bins::new(bin, horizon),
-            ok: Bins::new(bin, horizon),
-            failed: Bins::new(bin, horizon),
-            admitted: Bins::new(bin, horizon),
+            bins: vec![Counts::default(); bins],
             abandoned: 0,
             latency,
             queue_peak: 0,
         })
+    }
+
+    /// The counts of bin `bin` (bins past the run's, while requests in flight finish, are
+    /// added as needed).
+    #[inline]
+    pub(super) fn at(&mut self, bin: usize) -> &mut Counts {
+        if bin >= self.bins.len() {
+            self.grow(bin);
+        }
+        let last = self.bins.len() - 1;
+        &mut self.bins[bin.min(last)]
+    }
+
+    #[cold]
+    fn grow(&mut self, bin: usize) {
+        self.bins.resize(bin + 1, Counts::default());
+    }
+
+    /// Every bin's value of `field`, the first `bins` bins.
+    pub(super) fn series(&self, bins: usize, field: fn(&Counts) -> u64) -> Vec<u64> {
+        self.bins.iter().take(bins).map(field).collect()
+    }
+
+    /// The sum of `field` over bins `[from, to)`; `None` for `to`: every bin.
+    pub(super) fn sum(&self, from: usize, to: Option<usize>, field: fn(&Counts) -> u64) -> u64 {
+        let to = to.unwrap_or(self.bins.len()).min(self.bins.len());
+        self.bins.get(from..to).map_or(0, |b| b.iter().map(field).sum())
     }
 
     #[inline]
@@ -63,8 +93,8 @@ impl ServiceStats {
 /// The success share of bins `range` (answered requests only; `None` when none was
 /// answered).
 fn success_share(stats: &ServiceStats, from: usize, to: usize) -> Option<f64> {
-    let ok = stats.ok.sum(from, to);
-    let answered = ok + stats.failed.sum(from, to);
+    let ok = stats.sum(from, Some(to), |c| c.ok);
+    let answered = ok + stats.sum(from, Some(to), |c| c.failed);
     (answered > 0).then(|| ok as f64 / answered as f64)
 }
 
@@ -79,18 +109,18 @@ pub(super) fn recovery_bins(
     end: usize,
     bins: usize,
 ) -> Option<usize> {
-    let bins = bins.min(stats.arrivals.counts().len());
+    let bins = bins.min(stats.bins.len());
     if end >= bins {
         return None;
     }
     let base_share = success_share(stats, 0, start).unwrap_or(1.0);
-    let base_load = (start > 0).then(|| stats.arrivals.sum(0, start) as f64 / start as f64);
+    let base_load = (start > 0).then(|| stats.sum(0, Some(start), |c| c.arrivals) as f64 / start as f64);
     let healthy = |from: usize| {
         let to = (from + RECOVERY_WINDOW).min(bins);
         let share_ok =
             success_share(stats, from, to).is_none_or(|s| s >= base_share - RECOVERY_SLACK);
         let load_ok = base_load.is_none_or(|base| {
-            let load = stats.arrivals.sum(from, to) as f64 / (to - from) as f64;
+            let load = stats.sum(from, Some(to), |c| c.arrivals) as f64 / (to - from) as f64;
             load <= 1.25 * base + 2.0
         });
         share_ok && load_ok

@@ -115,6 +115,10 @@ pub(super) struct World<'p> {
     steps: Vec<Step>,
     tokens: u32,
     generations: u32,
+    /// The time bin of the event being handled, and where it ends.
+    bin: usize,
+    bin_end: Nanos,
+    bin_width: Nanos,
     /// Entry requests that succeeded and failed.
     pub(super) entry_ok: u64,
     pub(super) entry_failed: u64,
@@ -125,8 +129,10 @@ impl<'p> World<'p> {
         model: &'p Model,
         injections: &[Injection],
         stats: Vec<ServiceStats>,
+        bin_width: Nanos,
         rng: SmallRng,
     ) -> World<'p> {
+        let bin_width = bin_width.max(1);
         let state = model
             .services
             .iter()
@@ -154,8 +160,20 @@ impl<'p> World<'p> {
             steps: Vec::new(),
             tokens: 0,
             generations: 0,
+            bin: 0,
+            bin_end: bin_width,
+            bin_width,
             entry_ok: 0,
             entry_failed: 0,
+        }
+    }
+
+    /// Moves the current time bin to the one holding `now` (events come in time order).
+    #[inline]
+    pub(super) fn tick(&mut self, now: Nanos) {
+        while now >= self.bin_end {
+            self.bin += 1;
+            self.bin_end = self.bin_end.saturating_add(self.bin_width);
         }
     }
 
@@ -289,7 +307,7 @@ impl<'p> World<'p> {
             return Ok(None);
         };
         if let Some(stats) = self.stats.get_mut(service) {
-            stats.arrivals.add(now);
+            stats.at(self.bin).arrivals += 1;
         }
         let active = self.active(service, now);
         let mut refused = if active.outage {
@@ -337,7 +355,7 @@ impl<'p> World<'p> {
         }
         // Answered at once, without a worker.
         if let Some(s) = self.stats.get_mut(service) {
-            s.failed.add(now);
+            s.at(self.bin).failed += 1;
         }
         self.answer(caller, token, refused.unwrap_or(Answer::Unavailable));
         Ok(Some(now))
@@ -376,7 +394,7 @@ impl<'p> World<'p> {
             state.busy += 1;
         }
         if let Some(s) = self.stats.get_mut(service) {
-            s.admitted.add(now);
+            s.at(self.bin).admitted += 1;
         }
         self.queue.push(end, pack(DONE, slot, generation));
         known
@@ -409,10 +427,10 @@ impl<'p> World<'p> {
         };
         if let Some(s) = self.stats.get_mut(node.service) {
             if answer == Answer::Ok {
-                s.ok.add(now);
+                s.at(self.bin).ok += 1;
                 s.record_latency(now - r.arrived);
             } else {
-                s.failed.add(now);
+                s.at(self.bin).failed += 1;
             }
         }
         self.steps.push(Step::Release {
@@ -462,9 +480,9 @@ impl<'p> World<'p> {
             return Ok(());
         };
         let mut deadline = r.deadline;
-        if deadline != NEVER {
+        if let Some(reserve) = edge.reserve.filter(|_| deadline != NEVER) {
             let left = deadline.saturating_sub(now);
-            let kept = crate::time::nanos(edge.reserve.kept_from(duration(left)));
+            let kept = crate::time::nanos(reserve.kept_from(duration(left)));
             deadline = now.saturating_add(left.saturating_sub(kept));
         }
         if let Some(overall) = edge.overall {
@@ -536,12 +554,7 @@ impl<'p> World<'p> {
         let Some(edge) = model.edges.get(c.edge as usize) else {
             return;
         };
-        let honours_signal = self
-            .requests
-            .get(c.request)
-            .and_then(|r| model.nodes.get(r.node as usize))
-            .and_then(|n| model.services.get(n.service))
-            .is_some_and(|s| s.retry_signal);
+        let honours_signal = edge.caller_signal;
         let outcome = match answer {
             Answer::Ok => Outcome::Success,
             Answer::Refused => Outcome::Retryable,
@@ -587,14 +600,11 @@ impl<'p> World<'p> {
             self.steps.push(Step::Continue { request: c.request });
             return;
         }
-        let signals = self
-            .requests
-            .get(c.request)
-            .and_then(|r| model.nodes.get(r.node as usize))
-            .and_then(|n| model.services.get(n.service))
-            .is_some_and(|s| s.retry_signal);
-        let retried = model.edges.get(c.edge as usize).is_some_and(|e| e.retries);
-        let answer = if signals && retried {
+        let signals = model
+            .edges
+            .get(c.edge as usize)
+            .is_some_and(|e| e.retries && e.caller_signal);
+        let answer = if signals {
             Answer::Exhausted
         } else {
             Answer::Unavailable
