@@ -54,8 +54,8 @@
 //! (not cumulative), and the percentiles are read from it as the upper bound of the bucket
 //! where the cumulative count reaches them.
 //!
-//! Calls must not form a cycle, and every call must name a service and endpoint the graph
-//! has. A file that breaks a rule is refused with a [`GraphError`] naming the file, line,
+//! Calls must not form a cycle, no path may make more than [`MAX_DEPTH`] calls, and every
+//! call must name a service and endpoint the graph has. A file that breaks a rule is refused with a [`GraphError`] naming the file, line,
 //! column and field, like the policy loader's.
 //!
 //! ```
@@ -78,6 +78,7 @@
 
 mod error;
 mod raw;
+mod walk;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -86,6 +87,7 @@ use std::time::Duration;
 use crate::policy::{EndpointPolicy, Location, PolicyFile};
 
 pub use error::GraphError;
+pub use walk::{EndpointId, MAX_DEPTH};
 
 /// The statuses a call retries when its graph entry does not say: 502, 503 and 504.
 pub const DEFAULT_RETRY_ON: [u16; 3] = [502, 503, 504];
@@ -263,45 +265,6 @@ impl CallGraph {
     /// The text the graph was read from, when it was read from text.
     pub fn source(&self) -> Option<&Source> {
         self.source.as_ref()
-    }
-
-    /// Every call path from an endpoint nobody in the graph calls (an entry point) down to
-    /// an endpoint that calls nothing, as the list of calls made along it.
-    pub fn paths(&self) -> Vec<Vec<&Call>> {
-        let called: std::collections::BTreeSet<(&str, &str)> = self
-            .calls()
-            .map(|(_, _, c)| (c.service.as_str(), c.endpoint.as_str()))
-            .collect();
-        let mut out = Vec::new();
-        for (service, s) in &self.services {
-            for (name, endpoint) in &s.endpoints {
-                if !called.contains(&(service.as_str(), name.as_str())) {
-                    self.walk(endpoint, &mut Vec::new(), &mut out);
-                }
-            }
-        }
-        out
-    }
-
-    fn walk<'a>(
-        &'a self,
-        endpoint: &'a Endpoint,
-        path: &mut Vec<&'a Call>,
-        out: &mut Vec<Vec<&'a Call>>,
-    ) {
-        if endpoint.calls.is_empty() {
-            if !path.is_empty() {
-                out.push(path.clone());
-            }
-            return;
-        }
-        for call in &endpoint.calls {
-            path.push(call);
-            if let Some(next) = self.callee(call) {
-                self.walk(next, path, out);
-            }
-            path.pop();
-        }
     }
 
     /// This graph with the policies of `file` in place of those its calls refer to by the

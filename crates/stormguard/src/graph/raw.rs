@@ -562,49 +562,25 @@ impl Builder<'_> {
     }
 
     fn check_acyclic(&self, services: &BTreeMap<String, Service>) -> Result<(), GraphError> {
-        // 0 unseen, 1 on the current path, 2 done.
-        let mut state: BTreeMap<(&str, &str), u8> = BTreeMap::new();
-        for (service, s) in services {
-            for name in s.endpoints.keys() {
-                if let Some(call) = visit(services, (service, name), &mut state) {
-                    return Err(GraphError::Invalid {
-                        at: locate(self.source, &call.field),
-                        field: call.field.clone(),
-                        rule: format!(
-                            "this call closes a cycle back to {:?} {:?}: calls must not form a cycle",
-                            cut(&call.service, MAX_QUOTED),
-                            cut(&call.endpoint, MAX_QUOTED)
-                        ),
-                    });
-                }
-            }
+        if let Some(call) = super::walk::cycle(services) {
+            return Err(GraphError::Invalid {
+                at: locate(self.source, &call.field),
+                field: call.field.clone(),
+                rule: format!(
+                    "this call closes a cycle back to {:?} {:?}: calls must not form a cycle",
+                    cut(&call.service, MAX_QUOTED),
+                    cut(&call.endpoint, MAX_QUOTED)
+                ),
+            });
+        }
+        if let Some((call, depth)) = super::walk::too_deep(services) {
+            return Err(GraphError::TooDeep {
+                at: locate(self.source, &call.field),
+                field: call.field.clone(),
+                depth,
+                limit: super::MAX_DEPTH,
+            });
         }
         Ok(())
     }
-}
-
-/// The call that closes a cycle reachable from `node`, if any.
-fn visit<'a>(
-    services: &'a BTreeMap<String, Service>,
-    node: (&'a str, &'a str),
-    state: &mut BTreeMap<(&'a str, &'a str), u8>,
-) -> Option<&'a Call> {
-    match state.get(&node) {
-        Some(1) => return None,
-        Some(2) => return None,
-        _ => {}
-    }
-    state.insert(node, 1);
-    let endpoint = services.get(node.0)?.endpoints.get(node.1)?;
-    for call in &endpoint.calls {
-        let next = (call.service.as_str(), call.endpoint.as_str());
-        if state.get(&next) == Some(&1) {
-            return Some(call);
-        }
-        if let Some(found) = visit(services, next, state) {
-            return Some(found);
-        }
-    }
-    state.insert(node, 2);
-    None
 }

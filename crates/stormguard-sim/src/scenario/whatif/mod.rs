@@ -76,7 +76,7 @@ use crate::time::{NANOS_PER_SEC, Nanos, nanos, nth_of_rate};
 use crate::vclock::VirtualClock;
 use model::Model;
 use stats::{ServiceStats, recovery_bins};
-use world::{ARRIVAL, DONE, RETRY, TIMEOUT, World};
+use world::{ARRIVAL, DONE, RETRY, TIMEOUT, TIMER, World};
 
 /// How to run a graph.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -370,6 +370,7 @@ pub fn run(
             DONE => w.done(now, slot, operand)?,
             RETRY => w.retry(now, slot, operand)?,
             TIMEOUT => w.timeout(now, slot, operand)?,
+            TIMER => w.timer(now, slot)?,
             _ => {}
         }
     }

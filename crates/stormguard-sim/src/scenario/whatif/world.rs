@@ -2,8 +2,11 @@
 //! [`RetryRun`], budgets and breakers.
 //!
 //! Events are few on purpose (the run's cost is its events): a request that starts work
-//! schedules one `DONE` at its end; a call's attempt schedules a `TIMEOUT` only when its
-//! answer is not already known to come in time; a retry's wait is a `RETRY`. Everything that
+//! schedules one `DONE` at its end; a call's attempt needs a timer only when its answer is
+//! not already known to come in time, and the attempts whose deadline is their per-try
+//! timeout share one `TIMER` per call of the graph (their deadlines come in sending order, so
+//! a FIFO holds them and an attempt answered in time costs no event); any other deadline is
+//! a `TIMEOUT` of its own; a retry's wait is a `RETRY`. Everything that
 //! follows from one event at the same instant (a reply going up several layers, the next
 //! call of a request, the next request out of a queue) is worked through a stack of steps
 //! in the same event, never by recursion, so a deep graph cannot overflow the stack.
@@ -29,6 +32,7 @@ pub(super) const ARRIVAL: u8 = 0;
 pub(super) const DONE: u8 = 1;
 pub(super) const RETRY: u8 = 2;
 pub(super) const TIMEOUT: u8 = 3;
+pub(super) const TIMER: u8 = 4;
 
 /// No caller: an entry request.
 const NONE: u32 = u32::MAX;
@@ -119,6 +123,13 @@ pub(super) struct World<'p> {
     bin: usize,
     bin_end: Nanos,
     bin_width: Nanos,
+    /// Per call of the graph, the attempts whose deadline is their per-try timeout, in
+    /// sending order (so in deadline order): `(deadline, call, token)`. One `TIMER` event
+    /// per call of the graph stands for all of them, so an attempt answered in time costs no
+    /// event of its own.
+    timers: Vec<VecDeque<(Nanos, u32, u32)>>,
+    /// When each call of the graph's `TIMER` event is due ([`NEVER`]: none is scheduled).
+    armed: Vec<Nanos>,
     /// Entry requests that succeeded and failed.
     pub(super) entry_ok: u64,
     pub(super) entry_failed: u64,
@@ -158,6 +169,8 @@ impl<'p> World<'p> {
             queue: EventQueue::with_capacity(4096),
             rng,
             steps: Vec::new(),
+            timers: model.edges.iter().map(|_| VecDeque::new()).collect(),
+            armed: vec![NEVER; model.edges.len()],
             tokens: 0,
             generations: 0,
             bin: 0,
@@ -230,7 +243,12 @@ impl<'p> World<'p> {
     }
 
     /// A call's attempt reached its deadline without an answer.
-    pub(super) fn timeout(&mut self, now: Nanos, call: u32, token: u32) -> Result<(), InvalidParam> {
+    pub(super) fn timeout(
+        &mut self,
+        now: Nanos,
+        call: u32,
+        token: u32,
+    ) -> Result<(), InvalidParam> {
         let fresh = self.token();
         let Some(c) = self.calls.get_mut(call) else {
             return Ok(());
@@ -242,6 +260,54 @@ impl<'p> World<'p> {
         c.token = fresh;
         self.decide(now, call, AttemptOutcome::TIMED_OUT);
         self.drain(now)
+    }
+
+    /// The timer of edge `edge` fired: every attempt on it whose deadline has come times
+    /// out (those answered since are skipped), and the timer is set for the next one still
+    /// waiting.
+    pub(super) fn timer(&mut self, now: Nanos, edge: u32) -> Result<(), InvalidParam> {
+        let e = edge as usize;
+        if self.armed.get(e) != Some(&now) {
+            return Ok(());
+        }
+        if let Some(armed) = self.armed.get_mut(e) {
+            *armed = NEVER;
+        }
+        loop {
+            let front = self.timers.get(e).and_then(|f| f.front().copied());
+            match front {
+                Some((at, call, token)) if at <= now => {
+                    if let Some(fifo) = self.timers.get_mut(e) {
+                        fifo.pop_front();
+                    }
+                    self.timeout(now, call, token)?;
+                }
+                _ => break,
+            }
+        }
+        self.arm(e);
+        Ok(())
+    }
+
+    /// Drops answered attempts from the front of edge `e`'s timers and schedules its event
+    /// for the first one still waiting, unless one is scheduled.
+    fn arm(&mut self, e: usize) {
+        if self.armed.get(e).is_none_or(|&at| at != NEVER) {
+            return;
+        }
+        let Some(fifo) = self.timers.get_mut(e) else {
+            return;
+        };
+        while let Some(&(at, call, token)) = fifo.front() {
+            if self.calls.get(call).is_some_and(|c| c.token == token) {
+                self.queue.push(at, pack(TIMER, e as u32, 0));
+                if let Some(armed) = self.armed.get_mut(e) {
+                    *armed = at;
+                }
+                return;
+            }
+            fifo.pop_front();
+        }
     }
 
     /// Works through the steps until none is left.
@@ -529,15 +595,26 @@ impl<'p> World<'p> {
                 }
             }
         }
-        let mut deadline = c.deadline;
-        if let Some(per_try) = edge.policy.per_try_timeout() {
-            deadline = deadline.min(now.saturating_add(crate::time::nanos(per_try)));
-        }
+        let edge_index = c.edge;
+        let per_try = edge
+            .policy
+            .per_try_timeout()
+            .map(|t| now.saturating_add(crate::time::nanos(t)));
+        let deadline = per_try.map_or(c.deadline, |t| t.min(c.deadline));
         c.token = token;
         c.sent = now;
         let known = self.arrive(now, edge.callee, call, token, deadline)?;
         if deadline != NEVER && known.is_none_or(|at| at > deadline) {
-            self.queue.push(deadline, pack(TIMEOUT, call, token));
+            if per_try == Some(deadline) {
+                // Every attempt on this call of the graph gets the same per-try timeout,
+                // so these deadlines come in sending order.
+                if let Some(fifo) = self.timers.get_mut(edge_index as usize) {
+                    fifo.push_back((deadline, call, token));
+                }
+                self.arm(edge_index as usize);
+            } else {
+                self.queue.push(deadline, pack(TIMEOUT, call, token));
+            }
         }
         Ok(())
     }
