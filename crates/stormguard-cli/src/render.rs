@@ -315,20 +315,6 @@ pub(crate) fn converge(r: &ConvergeReport) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn multipliers_print_whole_numbers_plainly() {
-        assert_eq!(times(27.0), "27x");
-        assert_eq!(times(1.331), "1.331x");
-        assert_eq!(timeline_step(60), 2);
-        assert_eq!(timeline_step(20), 1);
-        assert_eq!(mean([1.0, 3.0].into_iter()), 2.0);
-    }
-}
-
 /// `simulate policy`: one row per service; with `--against`, each cell reads
 /// `graph | against`.
 pub(crate) fn whatif(reports: &[WhatIfReport]) -> String {
@@ -396,7 +382,8 @@ pub(crate) fn whatif(reports: &[WhatIfReport]) -> String {
             "graph"
         },
         format_duration(p.duration),
-        p.rate.map_or_else(String::new, |r| format!(" at {r} entry requests/s")),
+        p.rate
+            .map_or_else(String::new, |r| format!(" at {r} entry requests/s")),
         if faults.is_empty() {
             "none".to_string()
         } else {
@@ -404,4 +391,18 @@ pub(crate) fn whatif(reports: &[WhatIfReport]) -> String {
         },
         versions.join("; ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multipliers_print_whole_numbers_plainly() {
+        assert_eq!(times(27.0), "27x");
+        assert_eq!(times(1.331), "1.331x");
+        assert_eq!(timeline_step(60), 2);
+        assert_eq!(timeline_step(20), 1);
+        assert_eq!(mean([1.0, 3.0].into_iter()), 2.0);
+    }
 }

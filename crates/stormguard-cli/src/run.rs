@@ -3,8 +3,8 @@
 use std::fmt;
 
 use serde::Serialize;
-use stormguard_sim::InvalidParam;
 use stormguard::graph::CallGraph;
+use stormguard_sim::InvalidParam;
 use stormguard_sim::scenario::{budget, chain, converge, occ, overload, storm, whatif};
 
 use crate::bar::Bar;
@@ -148,7 +148,8 @@ pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
 /// plot file is created and anything runs.
 fn policy(a: &crate::cli::PolicyArgs) -> Result<String, Failure> {
     let load = |flag: &str, path: &std::path::Path| {
-        CallGraph::load(path).map_err(|e| Failure::Usage(format!("invalid value for --{flag}: {e}")))
+        CallGraph::load(path)
+            .map_err(|e| Failure::Usage(format!("invalid value for --{flag}: {e}")))
     };
     let mut graphs = vec![("graph", load("graph", &a.graph)?)];
     if let Some(old) = &a.against {

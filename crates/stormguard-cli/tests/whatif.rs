@@ -31,7 +31,14 @@ fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).expect("UTF-8")
 }
 
-const RUN: [&str; 6] = ["--duration", "20s", "--inject", "outage:db@5s+10s", "--seed", "7"];
+const RUN: [&str; 6] = [
+    "--duration",
+    "20s",
+    "--inject",
+    "outage:db@5s+10s",
+    "--seed",
+    "7",
+];
 
 fn side_by_side(extra: &[&str]) -> Output {
     let (new, old) = (fixture("protected.toml"), fixture("plain.toml"));
@@ -49,12 +56,19 @@ fn a_db_outage_is_27x_without_budgets_and_about_1_1x_with_them_side_by_side() {
     let db = |i: usize| {
         let report = &reports[i];
         let services = report["services"].as_array().unwrap();
-        let db = services.iter().find(|s| s["service"] == "db").unwrap().clone();
+        let db = services
+            .iter()
+            .find(|s| s["service"] == "db")
+            .unwrap()
+            .clone();
         (report["version"].as_str().unwrap().to_owned(), db)
     };
     let (new_version, new) = db(0);
     let (old_version, old) = db(1);
-    assert_eq!((new_version.as_str(), old_version.as_str()), ("graph", "against"));
+    assert_eq!(
+        (new_version.as_str(), old_version.as_str()),
+        ("graph", "against")
+    );
     // Half the run the db is down: 1 request per entry request outside the outage, 27 (old)
     // or about 1.1 (new) inside it. Requests sent in the last second or so of the outage
     // retry into the healthy db after it, so the old run's mean stays under 14.
@@ -88,7 +102,11 @@ fn the_plot_is_written_as_svg() {
     let o = side_by_side(&["--plot", path.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let svg = std::fs::read_to_string(&path).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("outage:db@5s+10s"), "{}", &svg[..80]);
+    assert!(
+        svg.starts_with("<svg") && svg.contains("outage:db@5s+10s"),
+        "{}",
+        &svg[..80]
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -96,10 +114,7 @@ fn the_plot_is_written_as_svg() {
 fn bad_input_exits_2_naming_the_problem() {
     let graph = fixture("protected.toml");
     for (args, says) in [
-        (
-            vec!["--graph", "missing.toml"],
-            "--graph: missing.toml",
-        ),
+        (vec!["--graph", "missing.toml"], "--graph: missing.toml"),
         (
             vec!["--graph", &graph, "--inject", "outage:nosuch@1s+1s"],
             "no service \"nosuch\"",

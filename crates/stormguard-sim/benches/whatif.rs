@@ -5,7 +5,9 @@
 //!
 //! Run with `taskset -c 1 cargo bench -p stormguard-sim --bench whatif`. It prints the wall
 //! time, the events handled and the requests simulated; nothing here asserts on the
-//! wall-clock figure (it depends on the machine and its load).
+//! wall-clock figure (it depends on the machine and its load). A number as the first
+//! argument that is not a flag sets the simulated seconds (for a short run under
+//! `valgrind --tool=callgrind`, whose instruction counts do not depend on the load).
 
 use std::time::{Duration, Instant};
 
@@ -17,10 +19,19 @@ const GRAPH: &str = include_str!("ten_services.toml");
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let graph = CallGraph::from_toml(GRAPH)?;
+    let seconds: u64 = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(600);
     let cfg = WhatIfConfig {
         rate: Some(10_000.0),
-        duration: Duration::from_secs(600),
-        injections: vec![Injection::parse("outage:db@300s+30s")?],
+        duration: Duration::from_secs(seconds),
+        injections: vec![Injection::parse(&format!(
+            "outage:db@{}s+{}s",
+            seconds / 2,
+            (seconds / 20).max(1)
+        ))?],
         ..WhatIfConfig::default()
     };
     let started = Instant::now();
@@ -28,7 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let elapsed = started.elapsed();
     let requests: u64 = report.services.iter().map(|s| s.requests).sum();
     println!(
-        "whatif 10 services, 10k/s, 600 s: {:.2} s wall, {} events ({:.1} ns/event), {} requests, entry success {:.4}",
+        "whatif 10 services, 10k/s, {seconds} s: {:.2} s wall, {} events ({:.1} ns/event), {} requests, entry success {:.4}",
         elapsed.as_secs_f64(),
         report.events,
         elapsed.as_secs_f64() * 1e9 / report.events.max(1) as f64,

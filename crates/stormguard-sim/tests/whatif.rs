@@ -47,12 +47,16 @@ fn three_layers(policy: &str, signal: bool) -> CallGraph {
     ))
 }
 
-const BACKOFF: &str = r#"backoff = { kind = "exponential", base = "10ms", cap = "1s", jitter = "full" }"#;
+const BACKOFF: &str =
+    r#"backoff = { kind = "exponential", base = "10ms", cap = "1s", jitter = "full" }"#;
 
 #[test]
 fn a_leaf_outage_multiplies_27x_through_three_layers_and_about_1_1x_with_budgets_and_the_signal_as_chain_says()
  {
-    let every_layer = three_layers(&format!("{{ retry = {{ max_attempts = 3 }}, {BACKOFF} }}"), false);
+    let every_layer = three_layers(
+        &format!("{{ retry = {{ max_attempts = 3 }}, {BACKOFF} }}"),
+        false,
+    );
     let budgeted = three_layers(
         &format!(
             r#"{{ retry = {{ max_attempts = 3 }}, {BACKOFF}, budget = {{ kind = "ratio", retry_ratio = 0.1, ttl = "10s", min_retries_per_sec = 0 }} }}"#
@@ -88,7 +92,11 @@ fn a_leaf_outage_multiplies_27x_through_three_layers_and_about_1_1x_with_budgets
     }
     // Budgets and the don't-retry signal: only the lowest layer retries, within 10 %.
     let nack = chained.rows[1].amplification;
-    assert!((1.05..=1.15).contains(&leaf(&protected)), "{}", leaf(&protected));
+    assert!(
+        (1.05..=1.15).contains(&leaf(&protected)),
+        "{}",
+        leaf(&protected)
+    );
     assert!(
         (leaf(&protected) - nack).abs() <= 0.02,
         "graph {} vs chain {nack}",
@@ -141,13 +149,20 @@ fn the_sre_books_bimodal_case_serves_19_6_percent_with_a_100s_deadline_and_every
     let offered: u64 = frontend.offered_series[steady].iter().sum();
     let share = served as f64 / offered as f64;
     // Tolerance: 1 point (the stuck threads of one 100 s generation free up together).
-    assert!((share - derived).abs() < 0.01, "served {share}, derived {derived}");
+    assert!(
+        (share - derived).abs() < 0.01,
+        "served {share}, derived {derived}"
+    );
     assert!(frontend.success_rate < 0.25, "{}", frontend.success_rate);
 
     let sane = simulate(&bimodal("1s"), &cfg);
     let frontend = sane.service("frontend").expect("frontend");
     assert_eq!(frontend.served, 1.0);
-    assert!((frontend.success_rate - 0.95).abs() < 0.005, "{}", frontend.success_rate);
+    assert!(
+        (frontend.success_rate - 0.95).abs() < 0.005,
+        "{}",
+        frontend.success_rate
+    );
 }
 
 /// Brooker (2022-2023, "retries and metastability"): one server at utilisation 0.8, where
@@ -189,8 +204,15 @@ fn brookers_retries_keep_the_queue_from_draining_and_without_them_it_stays_bound
     assert!(server.queue_at_end > 200_000, "{}", server.queue_at_end);
     let last = server.offered_series.last().copied().unwrap_or(0);
     let served_last = server.served_series.last().copied().unwrap_or(0);
-    assert!(last > 2 * served_last, "offered {last}, served {served_last}");
-    assert!(retrying.entry_success_rate < 0.5, "{}", retrying.entry_success_rate);
+    assert!(
+        last > 2 * served_last,
+        "offered {last}, served {served_last}"
+    );
+    assert!(
+        retrying.entry_success_rate < 0.5,
+        "{}",
+        retrying.entry_success_rate
+    );
     // The load offered is the clients' three attempts, not their one request.
     assert!(server.amplification > 2.0, "{}", server.amplification);
 
@@ -198,6 +220,10 @@ fn brookers_retries_keep_the_queue_from_draining_and_without_them_it_stays_bound
     let server = single.service("server").expect("server");
     assert!(server.queue_peak < 1_000, "{}", server.queue_peak);
     assert!(server.queue_at_end < 100, "{}", server.queue_at_end);
-    assert!(single.entry_success_rate > 0.95, "{}", single.entry_success_rate);
+    assert!(
+        single.entry_success_rate > 0.95,
+        "{}",
+        single.entry_success_rate
+    );
     assert_eq!(server.amplification, 1.0);
 }

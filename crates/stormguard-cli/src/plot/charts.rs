@@ -539,11 +539,7 @@ pub(crate) fn whatif(reports: &[WhatIfReport]) -> Figure {
                 .enumerate()
                 .map(|(i, (r, s))| Series {
                     name: format!("{} arriving", r.version),
-                    points: steps(
-                        s.offered_series.iter().map(|&c| c as f64 / bin),
-                        bin,
-                        x_max,
-                    ),
+                    points: steps(s.offered_series.iter().map(|&c| c as f64 / bin), bin, x_max),
                     style: if i == 0 { Style::Line } else { Style::Thin },
                     colour: i,
                 })

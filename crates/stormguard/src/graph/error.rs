@@ -40,7 +40,9 @@ pub enum GraphError {
     },
     /// A path makes more calls than [`MAX_DEPTH`](super::MAX_DEPTH): refused before any
     /// tool walks it.
-    #[error("{at}: {field}: this call is the {depth}th on a path from an entry point; at most {limit} calls may follow each other")]
+    #[error(
+        "{at}: {field}: this call is the {depth}th on a path from an entry point; at most {limit} calls may follow each other"
+    )]
     TooDeep {
         /// Where the call is.
         at: Location,

@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{
-    Bucket, Call, CallGraph, DEFAULT_RETRY_ON, Endpoint, GraphError, Latency, PolicyOrigin, Service,
-    Source, idempotent_by_name,
+    Bucket, Call, CallGraph, DEFAULT_RETRY_ON, Endpoint, GraphError, Latency, PolicyOrigin,
+    Service, Source, idempotent_by_name,
 };
 use crate::duration::{MAX_QUOTED, cut};
 use crate::policy::limits::MAX_FILE_BYTES;
@@ -402,11 +402,7 @@ impl Builder<'_> {
         })
     }
 
-    fn latency(
-        &self,
-        at: &Steps,
-        raw: &RawLatency,
-    ) -> Result<(Latency, Vec<Bucket>), GraphError> {
+    fn latency(&self, at: &Steps, raw: &RawLatency) -> Result<(Latency, Vec<Bucket>), GraphError> {
         let given = Latency {
             p50: raw.p50,
             p90: raw.p90,

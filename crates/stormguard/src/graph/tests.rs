@@ -49,7 +49,13 @@ fn json_graphs_have_the_same_shape() {
               "policy": {"retry": {"max_attempts": 3}}}]}}},
         "b": {"endpoints": {"GET /x": {"latency": {"p99": "10ms"}}}}}}"#;
     let graph = CallGraph::from_json(json).unwrap();
-    assert_eq!(graph.calls_of(("a", "GET /"))[0].policy.retry().max_attempts(), 3);
+    assert_eq!(
+        graph.calls_of(("a", "GET /"))[0]
+            .policy
+            .retry()
+            .max_attempts(),
+        3
+    );
 }
 
 /// A chain of `calls` calls: s0 -> s1 -> ... , each trying twice within a budget, every
@@ -77,8 +83,16 @@ fn a_10000_call_chain_loads_and_lints_without_recursion_and_a_deeper_one_is_refu
     assert_eq!(amp.rule, Rule::Amplification);
     // 2^10000 overflows a float: the message says so rather than printing a wrong number;
     // with the signal only the last layer retries, within its budget.
-    assert!(amp.message.contains("infx") && amp.message.contains("1.10x"), "{}", amp.message);
-    assert!(amp.message.contains("s0 -> s1 -> s2 -> ... (9995 more)"), "{}", amp.message);
+    assert!(
+        amp.message.contains("infx") && amp.message.contains("1.10x"),
+        "{}",
+        amp.message
+    );
+    assert!(
+        amp.message.contains("s0 -> s1 -> s2 -> ... (9995 more)"),
+        "{}",
+        amp.message
+    );
 
     let err = CallGraph::from_toml(&deep_chain(MAX_DEPTH + 1)).unwrap_err();
     assert!(
@@ -87,7 +101,11 @@ fn a_10000_call_chain_loads_and_lints_without_recursion_and_a_deeper_one_is_refu
         "{err}"
     );
     // Generous for a debug build on a loaded machine; the recursive walk overflowed the stack.
-    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -117,7 +135,11 @@ fn a_30_layer_diamond_is_walked_once_per_endpoint_not_once_per_path() {
     assert_eq!(amp.len(), 4, "{amp:#?}");
     assert!(amp[0].message.contains("1073741824x"), "{}", amp[0].message);
     assert!(amp[0].message.contains("17.45x"), "{}", amp[0].message);
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]

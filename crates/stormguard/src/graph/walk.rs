@@ -54,7 +54,9 @@ pub(super) fn topological_order(services: &BTreeMap<String, Service>) -> Vec<End
     let mut incoming: BTreeMap<EndpointId<'_>, usize> = BTreeMap::new();
     for (name, service) in services {
         for endpoint in service.endpoints.keys() {
-            incoming.entry((name.as_str(), endpoint.as_str())).or_insert(0);
+            incoming
+                .entry((name.as_str(), endpoint.as_str()))
+                .or_insert(0);
         }
     }
     for service in services.values() {

@@ -260,7 +260,11 @@ fn paths(graph: &CallGraph, config: &LintConfig, emit: &mut dyn FnMut(Raw)) {
     let index: BTreeMap<EndpointId<'_>, usize> =
         order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
     let signal = |id: EndpointId<'_>| graph.service(id.0).is_some_and(|s| s.retry_signal);
-    let target = |call: &Call| index.get(&(call.service.as_str(), call.endpoint.as_str())).copied();
+    let target = |call: &Call| {
+        index
+            .get(&(call.service.as_str(), call.endpoint.as_str()))
+            .copied()
+    };
     // Whether a path from each endpoint down retries somewhere without the signal.
     let mut unsignalled_below = vec![false; order.len()];
     for (i, &id) in order.iter().enumerate().rev() {
@@ -308,8 +312,20 @@ fn paths(graph: &CallGraph, config: &LintConfig, emit: &mut dyn FnMut(Raw)) {
             let effective = [false, true].map(|later| {
                 here.effective[usize::from(this_signals || later)].map(|e| e * factor(later))
             });
-            if graph.calls_of((call.service.as_str(), call.endpoint.as_str())).is_empty() {
-                leaf_amplification(&order, &reach, call, raw_here, effective[0], i, config, emit);
+            if graph
+                .calls_of((call.service.as_str(), call.endpoint.as_str()))
+                .is_empty()
+            {
+                leaf_amplification(
+                    &order,
+                    &reach,
+                    call,
+                    raw_here,
+                    effective[0],
+                    i,
+                    config,
+                    emit,
+                );
             }
             if retries
                 && (here.retrying[1][1]
@@ -325,7 +341,9 @@ fn paths(graph: &CallGraph, config: &LintConfig, emit: &mut dyn FnMut(Raw)) {
                     ),
                 ));
             }
-            let Some(next) = reach.get_mut(j) else { continue };
+            let Some(next) = reach.get_mut(j) else {
+                continue;
+            };
             let entry = next.get_or_insert(Reach {
                 raw: 0.0,
                 via: None,

@@ -91,7 +91,7 @@ impl Injection {
             Fault::AddLatency(parse_duration(added).map_err(|e| bad(format!("latency: {e}")))?)
         } else if let Some(factor) = kind.strip_prefix("latency*") {
             match factor.parse::<f64>() {
-                Ok(f) if f.is_finite() && f >= 0.0 && f <= MAX_SCALE => Fault::ScaleLatency(f),
+                Ok(f) if (0.0..=MAX_SCALE).contains(&f) => Fault::ScaleLatency(f),
                 _ => {
                     return Err(bad(format!(
                         "latency*{factor}: a multiplier between 0 and {MAX_SCALE}"

@@ -17,7 +17,10 @@
 //! - **Endpoints** are the graph's endpoints. One that no endpoint of the graph calls is an
 //!   *entry*: requests arrive there from outside, evenly spaced, at `rate` per second in all,
 //!   shared by the entries in proportion to their `requests_per_sec` (equally when not every
-//!   entry gives one). Without `rate`, the entries' `requests_per_sec` are used.
+//!   entry gives one). Without `rate`, the entries' `requests_per_sec` are used. After
+//!   `duration` no request arrives, and the requests in flight go on (for at most the run's
+//!   length again, or 60 s if longer) so that their retries are counted, as `chain` counts
+//!   them; the series and the queue lengths at the end stop at `duration`.
 //! - **Work.** A request first works for the endpoint's *own* time, drawn from its latency
 //!   in the graph: with a histogram, the upper bound of a bucket drawn by its count (the
 //!   bound the graph's percentiles are read as); with percentiles, the quantile function
@@ -35,7 +38,8 @@
 //!   earlier of that and its per-try timeout, and travels with the attempt. A service that
 //!   `honours_deadline` (the default: stormguard's server deadline layer) drops a queued
 //!   request whose deadline passed, at no cost, and stops working on one when its deadline
-//!   passes (its worker is free again); one that does not works on for nobody.
+//!   passes (its worker is free again); one that does not works on for nobody. Budgets and
+//!   breakers read the virtual clock to 0.1 ms.
 //! - **Answers.** An attempt that reaches its deadline ends in doubt (retried only when the
 //!   call is idempotent or keyed). A refused connection (an outage) is retryable; a 503 is
 //!   retried when the call's `retry_on` lists 503. A service with `retry_signal` that gave
@@ -148,7 +152,10 @@ impl WhatIfConfig {
             .services()
             .iter()
             .flat_map(|(s, service)| {
-                service.endpoints.iter().map(move |(e, endpoint)| (s, e, endpoint))
+                service
+                    .endpoints
+                    .iter()
+                    .map(move |(e, endpoint)| (s, e, endpoint))
             })
             .filter(|(s, e, _)| !called.contains(&(s.as_str(), e.as_str())))
             .map(|(s, e, endpoint)| (s.clone(), e.clone(), endpoint.requests_per_sec))
@@ -190,7 +197,7 @@ impl WhatIfConfig {
 pub struct ServiceRow {
     /// The service.
     pub service: String,
-    /// Requests that arrived.
+    /// Requests that arrived, the retries of requests in flight at the end included.
     pub requests: u64,
     /// Requests arriving per second, over the run.
     pub offered_per_sec: f64,

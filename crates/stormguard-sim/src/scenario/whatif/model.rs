@@ -249,8 +249,7 @@ impl Model {
                         budget,
                         breaker,
                         overall: policy.overall_timeout().map(nanos),
-                        reserve: Some(policy.propagation().reserve)
-                            .filter(|r| *r != Reserve::NONE),
+                        reserve: Some(policy.propagation().reserve).filter(|r| *r != Reserve::NONE),
                         caller_signal: s.retry_signal,
                         retries_503: call.retry_on.contains(&503),
                         retries: policy.retry().max_attempts() > 1,

@@ -76,7 +76,9 @@ impl ServiceStats {
     /// The sum of `field` over bins `[from, to)`; `None` for `to`: every bin.
     pub(super) fn sum(&self, from: usize, to: Option<usize>, field: fn(&Counts) -> u64) -> u64 {
         let to = to.unwrap_or(self.bins.len()).min(self.bins.len());
-        self.bins.get(from..to).map_or(0, |b| b.iter().map(field).sum())
+        self.bins
+            .get(from..to)
+            .map_or(0, |b| b.iter().map(field).sum())
     }
 
     #[inline]
@@ -114,7 +116,8 @@ pub(super) fn recovery_bins(
         return None;
     }
     let base_share = success_share(stats, 0, start).unwrap_or(1.0);
-    let base_load = (start > 0).then(|| stats.sum(0, Some(start), |c| c.arrivals) as f64 / start as f64);
+    let base_load =
+        (start > 0).then(|| stats.sum(0, Some(start), |c| c.arrivals) as f64 / start as f64);
     let healthy = |from: usize| {
         let to = (from + RECOVERY_WINDOW).min(bins);
         let share_ok =

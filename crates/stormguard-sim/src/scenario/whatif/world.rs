@@ -82,7 +82,11 @@ struct CallState<'p> {
 /// Work that follows from an event at the same instant.
 enum Step {
     /// An attempt of a call ended with an answer.
-    Reply { call: u32, token: u32, answer: Answer },
+    Reply {
+        call: u32,
+        token: u32,
+        answer: Answer,
+    },
     /// A request goes on with its next call, or finishes.
     Continue { request: u32 },
     /// A call sends its next attempt.
@@ -207,7 +211,12 @@ impl<'p> World<'p> {
     }
 
     /// A request's work ended.
-    pub(super) fn done(&mut self, now: Nanos, slot: u32, generation: u32) -> Result<(), InvalidParam> {
+    pub(super) fn done(
+        &mut self,
+        now: Nanos,
+        slot: u32,
+        generation: u32,
+    ) -> Result<(), InvalidParam> {
         let Some(r) = self.requests.get(slot) else {
             return Ok(());
         };
@@ -513,7 +522,11 @@ impl<'p> World<'p> {
             return;
         };
         state.busy = state.busy.saturating_sub(1);
-        while let Some(next) = self.state.get_mut(service).and_then(|s| s.waiting.pop_front()) {
+        while let Some(next) = self
+            .state
+            .get_mut(service)
+            .and_then(|s| s.waiting.pop_front())
+        {
             let expired = self.requests.get(next).is_some_and(|r| r.deadline <= now);
             if expired {
                 self.requests.remove(next);
