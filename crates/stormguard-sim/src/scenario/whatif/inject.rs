@@ -158,6 +158,25 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_text_is_an_injection_or_an_error(text in "(?s).{0,60}") {
+            let _ = Injection::parse(&text);
+        }
+
+        #[test]
+        fn injection_like_text_parses_back_to_itself(
+            kind in "(outage|latency\\+[0-9]{1,4}ms|latency\\*[0-9]{1,3}|503=0\\.[0-9])",
+            service in "[a-z]{1,8}",
+            start in 0u32..1000,
+            length in 1u32..1000,
+        ) {
+            let text = format!("{kind}:{service}@{start}s+{length}s");
+            let parsed = Injection::parse(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            proptest::prop_assert_eq!(Injection::parse(&parsed.to_string()), Ok(parsed));
+        }
+    }
+
     #[test]
     fn bad_injections_name_the_part() {
         for (text, part) in [
