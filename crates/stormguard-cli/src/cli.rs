@@ -14,6 +14,7 @@ use stormguard_sim::scenario::converge::ConvergeConfig;
 use stormguard_sim::scenario::occ::OccConfig;
 use stormguard_sim::scenario::overload::{LimitKind, OverloadConfig, Protection, Trigger};
 use stormguard_sim::scenario::storm::StormConfig;
+use stormguard_sim::scenario::whatif::{Injection, WhatIfConfig};
 use stormguard_sim::strategy::Strategy;
 
 use crate::help;
@@ -92,6 +93,10 @@ pub(crate) enum Scenario {
     /// A server's handler gets slower mid-run: how fast the adaptive concurrency limit follows.
     #[command(long_about = help::CONVERGE)]
     Converge(ConvergeArgs),
+    /// Your call graph and policy files under injected faults (the what-if), side by side
+    /// with another version.
+    #[command(long_about = help::POLICY)]
+    Policy(PolicyArgs),
 }
 
 /// Output format.
@@ -235,6 +240,44 @@ impl ChainArgs {
             cap: self.cap,
             retry_ratio: self.retry_ratio,
             modes,
+            seed: self.out.seed,
+        }
+    }
+}
+
+/// `simulate policy`.
+#[derive(Debug, Args)]
+pub(crate) struct PolicyArgs {
+    /// The call graph (TOML or JSON), with its policies inline or by `policy_ref`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) graph: PathBuf,
+    /// Another version of the graph, run the same way and printed beside it.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) against: Option<PathBuf>,
+    /// A fault: KIND:SERVICE@START+DURATION, KIND one of outage, latency+DURATION,
+    /// latency*FACTOR, 503=SHARE (repeat the flag for several).
+    #[arg(long, value_name = "FAULT", value_parser = parse::injection)]
+    pub(crate) inject: Vec<Injection>,
+    /// Entry requests per second in all [default: the entries' requests_per_sec].
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) rate: Option<f64>,
+    /// How long entry requests arrive.
+    #[arg(long, default_value = "60s", value_parser = parse::duration, allow_hyphen_values = true)]
+    pub(crate) duration: Duration,
+    /// The width of the time bins (series, recovery).
+    #[arg(long, default_value = "1s", value_parser = parse::duration, allow_hyphen_values = true)]
+    pub(crate) bin: Duration,
+    #[command(flatten)]
+    pub(crate) out: Output,
+}
+
+impl PolicyArgs {
+    pub(crate) fn config(&self) -> WhatIfConfig {
+        WhatIfConfig {
+            rate: self.rate,
+            duration: self.duration,
+            bin: self.bin,
+            injections: self.inject.clone(),
             seed: self.out.seed,
         }
     }

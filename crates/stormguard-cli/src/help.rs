@@ -173,3 +173,42 @@ marked.
 JSON keys per row: scenario, strategy (the algorithm), label, parameters, limit_before,
 limit_after, goodput_before, goodput_after, rtt_after_ms, converged_s, shed, timed_out,
 series (t_s, limit, in_flight, goodput, rtt_ms per bin).";
+
+pub(crate) const POLICY: &str = "\
+Runs your call graph (--graph, the file `policy lint` reads) with its policies as the
+production objects build them: every call goes through the core's retry decision with its
+attempts, backoff, per-try and overall timeouts and minimum call time, its retry budget and
+circuit breaker, on a virtual clock. Entry endpoints (those nobody calls) receive --rate
+requests per second in all (shared by their requests_per_sec), evenly spaced, for
+--duration; requests in flight at the end then finish so their retries are counted.
+--inject KIND:SERVICE@START+DURATION breaks one service for a while: outage (refused at
+once), latency+200ms (added work), latency*10 (work multiplied), 503=0.3 (a share answered
+503 at once). Repeat it for several faults.
+
+The model: an endpoint works for its own latency (a histogram bucket's bound drawn by count,
+or the quantile function through its percentiles; nothing given: no time), fails with its
+failure_rate, then makes its calls one after the other; the time of its calls comes on top.
+A service has `workers` (no limit by default) and a FIFO `queue` (no limit by default); a
+request holds its worker while it waits for its calls, and one that finds the queue full is
+answered 503. Deadlines travel with each attempt; a service that honours_deadline (the
+default) drops queued requests whose caller gave up and stops work at the deadline. A service
+with retry_signal answers \"already retried\" when it gave up on a call it retries, and does
+not retry that answer itself. Not modelled: hedging (one attempt), the throttle, connect
+timeouts, time windows.
+
+Per service: offered load (requests/s arriving, and the busiest bin), amplification (requests
+per entry request), success (answered with success / arrived), served (got a worker),
+latency P50/P99/P999 of successful answers, queue peak and length at the end, and the time
+from the end of the last fault until it is back: every later 5-bin window within 5 points of
+its success share before the faults and at most 25 % above its load. `never`: not before the
+run ended. With --against OLD both graphs run with the same seed and faults and print side by
+side.
+
+--plot: one panel per service, requests arriving per second over time for each graph, the
+faults shaded.
+
+JSON: an array of one report per graph (version \"graph\" or \"against\"): scenario,
+version, parameters, entry_requests, entry_success_rate, events, services (service,
+requests, offered_per_sec, peak_per_sec, amplification, success_rate, served, abandoned,
+p50_ms, p99_ms, p999_ms, queue_peak, queue_at_end, recover_s, recovered, offered_series,
+ok_series, served_series).";

@@ -10,6 +10,7 @@ use stormguard_sim::budgets::BudgetKind;
 use stormguard_sim::scenario::budget::FailurePattern;
 use stormguard_sim::scenario::chain::ChainMode;
 use stormguard_sim::scenario::overload::{LimitKind, Protection, Trigger};
+use stormguard_sim::scenario::whatif::Injection;
 use stormguard_sim::strategy::Strategy;
 
 /// A duration such as `200ms` or `1.5s` (the core's grammar: a unit is required).
@@ -53,6 +54,11 @@ pub(crate) fn limit_kind(s: &str) -> Result<LimitKind, String> {
 pub(crate) fn trigger(s: &str) -> Result<Trigger, String> {
     Trigger::parse(s)
         .ok_or_else(|| format!("unknown trigger '{s}'; expected outage, capacity-drop or spike"))
+}
+
+/// A fault to inject, `KIND:SERVICE@START+DURATION`.
+pub(crate) fn injection(s: &str) -> Result<Injection, String> {
+    Injection::parse(s).map_err(|e| e.reason)
 }
 
 /// A failure pattern name.

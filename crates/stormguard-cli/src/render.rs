@@ -13,6 +13,7 @@ use stormguard_sim::scenario::converge::ConvergeReport;
 use stormguard_sim::scenario::occ::OccReport;
 use stormguard_sim::scenario::overload::OverloadReport;
 use stormguard_sim::scenario::storm::StormReport;
+use stormguard_sim::scenario::whatif::{ServiceRow, WhatIfReport};
 
 /// At most this many rows in a printed time series; longer series are averaged down.
 const MAX_TIMELINE_ROWS: usize = 30;
@@ -311,6 +312,84 @@ pub(crate) fn converge(r: &ConvergeReport) -> String {
         p.load,
         p.load * p.capacity_before(),
         format_duration(p.timeout),
+    )
+}
+
+/// `simulate policy`: one row per service; with `--against`, each cell reads
+/// `graph | against`.
+pub(crate) fn whatif(reports: &[WhatIfReport]) -> String {
+    let Some(first) = reports.first() else {
+        return String::new();
+    };
+    let p = &first.parameters;
+    let mut t = table(strings([
+        "service",
+        "offered/s",
+        "peak/s",
+        "amplification",
+        "success",
+        "served",
+        "p50 ms",
+        "p99 ms",
+        "p999 ms",
+        "queue peak/end",
+        "recovers after",
+    ]));
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
+    for row in &first.services {
+        let cell = |f: &dyn Fn(&ServiceRow) -> String| {
+            reports
+                .iter()
+                .map(|r| r.service(&row.service).map_or_else(|| "-".to_string(), f))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        };
+        t.add_row(vec![
+            row.service.clone(),
+            cell(&|s| format!("{:.0}", s.offered_per_sec)),
+            cell(&|s| format!("{:.0}", s.peak_per_sec)),
+            cell(&|s| times(s.amplification)),
+            cell(&|s| percent(s.success_rate)),
+            cell(&|s| percent(s.served)),
+            cell(&|s| ms(s.p50_ms)),
+            cell(&|s| ms(s.p99_ms)),
+            cell(&|s| ms(s.p999_ms)),
+            cell(&|s| format!("{}/{}", s.queue_peak, s.queue_at_end)),
+            cell(&|s| match (p.injections.is_empty(), s.recover_s) {
+                (true, _) => "-".to_string(),
+                (false, Some(secs)) => format!("{secs} s"),
+                (false, None) => "never".to_string(),
+            }),
+        ]);
+    }
+    let faults: Vec<String> = p.injections.iter().map(ToString::to_string).collect();
+    let versions: Vec<String> = reports
+        .iter()
+        .map(|r| {
+            format!(
+                "{}: {} entry requests, {} succeeded",
+                r.version,
+                r.entry_requests,
+                percent(r.entry_success_rate)
+            )
+        })
+        .collect();
+    format!(
+        "policy: {} for {}{}; faults: {}\n{}\n{t}\n",
+        if reports.len() > 1 {
+            "graph | against"
+        } else {
+            "graph"
+        },
+        format_duration(p.duration),
+        p.rate
+            .map_or_else(String::new, |r| format!(" at {r} entry requests/s")),
+        if faults.is_empty() {
+            "none".to_string()
+        } else {
+            faults.join(", ")
+        },
+        versions.join("; ")
     )
 }
 

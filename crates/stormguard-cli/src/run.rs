@@ -3,8 +3,9 @@
 use std::fmt;
 
 use serde::Serialize;
+use stormguard::graph::CallGraph;
 use stormguard_sim::InvalidParam;
-use stormguard_sim::scenario::{budget, chain, converge, occ, overload, storm};
+use stormguard_sim::scenario::{budget, chain, converge, occ, overload, storm, whatif};
 
 use crate::bar::Bar;
 use crate::cli::{Cli, Command, Format, Output, Scenario};
@@ -126,6 +127,7 @@ pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
             let r = occ::run(&cfg, &mut Bar::new("occ"))?;
             finish(&a.out, plot, &r.rows, || render::occ(&r), || plot::occ(&r))
         }
+        Scenario::Policy(a) => policy(&a),
         Scenario::Converge(a) => {
             let cfg = a.config();
             cfg.validate()?;
@@ -140,6 +142,35 @@ pub(crate) fn run(cli: Cli) -> Result<String, Failure> {
             )
         }
     }
+}
+
+/// `simulate policy`: both graphs are read and every flag checked against them before the
+/// plot file is created and anything runs.
+fn policy(a: &crate::cli::PolicyArgs) -> Result<String, Failure> {
+    let load = |flag: &str, path: &std::path::Path| {
+        CallGraph::load(path)
+            .map_err(|e| Failure::Usage(format!("invalid value for --{flag}: {e}")))
+    };
+    let mut graphs = vec![("graph", load("graph", &a.graph)?)];
+    if let Some(old) = &a.against {
+        graphs.push(("against", load("against", old)?));
+    }
+    let cfg = a.config();
+    for (_, graph) in &graphs {
+        cfg.validate(graph)?;
+    }
+    let plot = open_plot(&a.out)?;
+    let reports = graphs
+        .iter()
+        .map(|(version, graph)| whatif::run(graph, &cfg, version, &mut Bar::new("policy")))
+        .collect::<Result<Vec<_>, _>>()?;
+    finish(
+        &a.out,
+        plot,
+        &reports,
+        || render::whatif(&reports),
+        || plot::whatif(&reports),
+    )
 }
 
 /// Creates the `--plot` file, if one was asked for: a name of an unknown kind, a missing

@@ -29,6 +29,7 @@
 //! | [`scenario::overload`] | does the system come back after a trigger, with and without protection? |
 //! | [`scenario::occ`] | how many calls do clients contending on optimistic concurrency need? |
 //! | [`scenario::converge`] | how fast does the server's adaptive concurrency limit follow a handler that gets slower? |
+//! | [`scenario::whatif`] | what does *my* call graph, with *my* policy files, do when one of its services fails? |
 //!
 //! # Engine
 //!

@@ -8,6 +8,7 @@
 //! | overload | does goodput come back? | a panel per protection, the trigger shaded |
 //! | occ | which jitter needs the fewest writes? | bars per strategy (lines over several client counts) |
 //! | converge | how fast does the limit follow a slower handler? | a panel per algorithm, limit and in-flight, the change marked |
+//! | policy | what does my graph do around a fault? | a panel per service, load arriving per graph version, the faults shaded |
 
 use stormguard::duration::format_duration;
 use stormguard_sim::scenario::budget::BudgetReport;
@@ -16,6 +17,7 @@ use stormguard_sim::scenario::converge::{ConvergePoint, ConvergeReport};
 use stormguard_sim::scenario::occ::OccReport;
 use stormguard_sim::scenario::overload::{OverloadReport, Trigger};
 use stormguard_sim::scenario::storm::StormReport;
+use stormguard_sim::scenario::whatif::{ServiceRow, WhatIfReport};
 
 use super::draw::number;
 use super::figure::{Axis, Figure, Note, Panel, Rule, Series, Span, Style};
@@ -490,6 +492,80 @@ pub(crate) fn occ(r: &OccReport) -> Figure {
 }
 
 /// An empty panel to fill in.
+/// `simulate policy`: one panel per service, requests arriving per second over time for
+/// each graph version (thick: the graph, thin: `--against`), the faults shaded; each title
+/// gives the amplification and when the service recovers.
+pub(crate) fn whatif(reports: &[WhatIfReport]) -> Figure {
+    let Some(first) = reports.first() else {
+        return empty("policy: no report");
+    };
+    let p = &first.parameters;
+    let bin = p.bin.as_secs_f64();
+    let x_max = p.duration.as_secs_f64();
+    let spans: Vec<Span> = p
+        .injections
+        .iter()
+        .map(|i| Span {
+            from: i.start.as_secs_f64(),
+            to: i.end().as_secs_f64().min(x_max),
+            label: i.to_string(),
+        })
+        .collect();
+    let panels: Vec<Panel> = first
+        .services
+        .iter()
+        .map(|row| {
+            let versions: Vec<(&WhatIfReport, &ServiceRow)> = reports
+                .iter()
+                .filter_map(|r| r.service(&row.service).map(|s| (r, s)))
+                .collect();
+            let top = versions
+                .iter()
+                .map(|(_, s)| s.peak_per_sec)
+                .fold(1.0, f64::max);
+            let verdicts: Vec<String> = versions
+                .iter()
+                .map(|(r, s)| {
+                    let recovery = match (p.injections.is_empty(), s.recover_s) {
+                        (true, _) => String::new(),
+                        (false, Some(secs)) => format!(", back after {} s", number(secs)),
+                        (false, None) => ", never back".to_string(),
+                    };
+                    format!("{} {}x{recovery}", r.version, number(s.amplification))
+                })
+                .collect();
+            let series = versions
+                .iter()
+                .enumerate()
+                .map(|(i, (r, s))| Series {
+                    name: format!("{} arriving", r.version),
+                    points: steps(s.offered_series.iter().map(|&c| c as f64 / bin), bin, x_max),
+                    style: if i == 0 { Style::Line } else { Style::Thin },
+                    colour: i,
+                })
+                .collect();
+            Panel {
+                title: format!("{}: {}", row.service, verdicts.join("; ")),
+                x: Axis::linear("time (s)", 0.0..x_max),
+                y: Axis::linear("requests per second", 0.0..round_up(top) * 1.05),
+                series,
+                spans: spans.clone(),
+                legend: reports.len() > 1,
+                ..panel()
+            }
+        })
+        .collect();
+    let n = panels.len();
+    Figure {
+        title: "Load at each service around the faults".into(),
+        note: "Requests arriving per second (thick: --graph, thin: --against). Shaded: the injected faults."
+            .into(),
+        columns: columns_for(n),
+        panel_size: panel_size_for(n),
+        panels,
+    }
+}
+
 fn panel() -> Panel {
     Panel {
         title: String::new(),

@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::{BitMapBackend, IntoDrawingArea, SVGBackend};
 use plotters::style::{FontStyle, register_font};
 
-pub(crate) use charts::{budget, chain, converge, occ, overload, storm};
+pub(crate) use charts::{budget, chain, converge, occ, overload, storm, whatif};
 pub(crate) use figure::Figure;
 
 const FONT: &[u8] = include_bytes!("../../assets/fonts/Roboto-Regular-subset.ttf");

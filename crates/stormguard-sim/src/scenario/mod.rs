@@ -1,4 +1,4 @@
-//! The six scenarios of `stormguard simulate`.
+//! The seven scenarios of `stormguard simulate`.
 //!
 //! Each module holds a config struct (with `Default` giving the documented set-up and a
 //! `validate` that names the refused flag), a report of rows that serialise to the stable
@@ -10,3 +10,4 @@ pub mod converge;
 pub mod occ;
 pub mod overload;
 pub mod storm;
+pub mod whatif;

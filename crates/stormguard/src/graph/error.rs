@@ -38,6 +38,21 @@ pub enum GraphError {
         /// The rule broken.
         rule: String,
     },
+    /// A path makes more calls than [`MAX_DEPTH`](super::MAX_DEPTH): refused before any
+    /// tool walks it.
+    #[error(
+        "{at}: {field}: this call is the {depth}th on a path from an entry point; at most {limit} calls may follow each other"
+    )]
+    TooDeep {
+        /// Where the call is.
+        at: Location,
+        /// The call's field path.
+        field: String,
+        /// Its depth (calls from an entry point, itself included).
+        depth: usize,
+        /// [`MAX_DEPTH`](super::MAX_DEPTH).
+        limit: usize,
+    },
     /// A policy file named by a `policy_ref` could not be used.
     #[error("{field}: {source}")]
     Policy {

@@ -23,6 +23,9 @@
 //! ```toml
 //! [services.web]
 //! retry_signal = true          # sends X-Retry-Exhausted when it gives up, honours it from below
+//! workers = 200                # requests worked on at once (default: no limit)
+//! queue = 1000                 # requests waiting for a worker (default: no limit)
+//! honours_deadline = true      # drops work whose caller's deadline passed (default)
 //!
 //! [services.web.endpoints."GET /checkout"]
 //! requests_per_sec = 200
@@ -51,8 +54,8 @@
 //! (not cumulative), and the percentiles are read from it as the upper bound of the bucket
 //! where the cumulative count reaches them.
 //!
-//! Calls must not form a cycle, and every call must name a service and endpoint the graph
-//! has. A file that breaks a rule is refused with a [`GraphError`] naming the file, line,
+//! Calls must not form a cycle, no path may make more than [`MAX_DEPTH`] calls, and every
+//! call must name a service and endpoint the graph has. A file that breaks a rule is refused with a [`GraphError`] naming the file, line,
 //! column and field, like the policy loader's.
 //!
 //! ```
@@ -75,6 +78,7 @@
 
 mod error;
 mod raw;
+mod walk;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -83,6 +87,7 @@ use std::time::Duration;
 use crate::policy::{EndpointPolicy, Location, PolicyFile};
 
 pub use error::GraphError;
+pub use walk::{EndpointId, MAX_DEPTH};
 
 /// The statuses a call retries when its graph entry does not say: 502, 503 and 504.
 pub const DEFAULT_RETRY_ON: [u16; 3] = [502, 503, 504];
@@ -115,14 +120,37 @@ impl Source {
 }
 
 /// One service of the graph.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Service {
     /// Whether the service's client stack says "don't retry" upstream when it gives up
     /// (`X-Retry-Exhausted: true`) and honours that signal from below, so only one layer of
     /// a path retries.
     pub retry_signal: bool,
+    /// Requests it works on at once (threads, worker tasks); `None`: no limit. Read by the
+    /// simulator (`stormguard simulate policy`), where a request holds its worker while it
+    /// works and while it waits for its own calls.
+    pub workers: Option<u32>,
+    /// Requests that may wait for a worker (FIFO) when all are busy; `None`: no limit. A
+    /// request that finds the queue full is refused with a 503.
+    pub queue: Option<u32>,
+    /// Whether the service reads the deadline its callers send (as stormguard's server
+    /// deadline layer does): it refuses a request whose deadline passed while it waited,
+    /// and stops working on one when its deadline passes. Default `true`.
+    pub honours_deadline: bool,
     /// Its endpoints, by name.
     pub endpoints: BTreeMap<String, Endpoint>,
+}
+
+impl Default for Service {
+    fn default() -> Self {
+        Service {
+            retry_signal: false,
+            workers: None,
+            queue: None,
+            honours_deadline: true,
+            endpoints: BTreeMap::new(),
+        }
+    }
 }
 
 /// One endpoint: what is known of it, and the calls it makes.
@@ -132,6 +160,8 @@ pub struct Endpoint {
     pub idempotent: bool,
     /// Its latency, as far as known.
     pub latency: Latency,
+    /// The histogram the latency was read from, when the file gave one (empty otherwise).
+    pub histogram: Vec<Bucket>,
     /// The share of its calls that fail, 0..=1.
     pub failure_rate: Option<f64>,
     /// Requests per second it serves.
@@ -151,6 +181,16 @@ pub struct Latency {
     pub p99: Option<Duration>,
     /// The 99.9th percentile.
     pub p999: Option<Duration>,
+}
+
+/// One bucket of a latency histogram: `count` requests took at most `le` and more than the
+/// bucket before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    /// The bucket's upper bound.
+    pub le: Duration,
+    /// Requests in it.
+    pub count: u64,
 }
 
 /// One call from an endpoint to another service's endpoint.
@@ -225,45 +265,6 @@ impl CallGraph {
     /// The text the graph was read from, when it was read from text.
     pub fn source(&self) -> Option<&Source> {
         self.source.as_ref()
-    }
-
-    /// Every call path from an endpoint nobody in the graph calls (an entry point) down to
-    /// an endpoint that calls nothing, as the list of calls made along it.
-    pub fn paths(&self) -> Vec<Vec<&Call>> {
-        let called: std::collections::BTreeSet<(&str, &str)> = self
-            .calls()
-            .map(|(_, _, c)| (c.service.as_str(), c.endpoint.as_str()))
-            .collect();
-        let mut out = Vec::new();
-        for (service, s) in &self.services {
-            for (name, endpoint) in &s.endpoints {
-                if !called.contains(&(service.as_str(), name.as_str())) {
-                    self.walk(endpoint, &mut Vec::new(), &mut out);
-                }
-            }
-        }
-        out
-    }
-
-    fn walk<'a>(
-        &'a self,
-        endpoint: &'a Endpoint,
-        path: &mut Vec<&'a Call>,
-        out: &mut Vec<Vec<&'a Call>>,
-    ) {
-        if endpoint.calls.is_empty() {
-            if !path.is_empty() {
-                out.push(path.clone());
-            }
-            return;
-        }
-        for call in &endpoint.calls {
-            path.push(call);
-            if let Some(next) = self.callee(call) {
-                self.walk(next, path, out);
-            }
-            path.pop();
-        }
     }
 
     /// This graph with the policies of `file` in place of those its calls refer to by the

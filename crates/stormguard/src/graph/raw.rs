@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{
-    Call, CallGraph, DEFAULT_RETRY_ON, Endpoint, GraphError, Latency, PolicyOrigin, Service,
-    Source, idempotent_by_name,
+    Bucket, Call, CallGraph, DEFAULT_RETRY_ON, Endpoint, GraphError, Latency, PolicyOrigin,
+    Service, Source, idempotent_by_name,
 };
 use crate::duration::{MAX_QUOTED, cut};
 use crate::policy::limits::MAX_FILE_BYTES;
@@ -30,6 +30,9 @@ struct RawGraph {
 struct RawService {
     #[serde(default)]
     retry_signal: bool,
+    workers: Option<u32>,
+    queue: Option<u32>,
+    honours_deadline: Option<bool>,
     #[serde(default)]
     endpoints: BTreeMap<String, RawEndpoint>,
 }
@@ -200,6 +203,13 @@ enum Step {
 struct Steps(Vec<Step>);
 
 impl Steps {
+    fn service(service: &str) -> Steps {
+        Steps(vec![
+            Step::Name("services".into()),
+            Step::Name(service.into()),
+        ])
+    }
+
     fn endpoint(service: &str, endpoint: &str) -> Steps {
         Steps(vec![
             Step::Name("services".into()),
@@ -317,6 +327,19 @@ impl Builder<'_> {
         let mut services = BTreeMap::new();
         for (service_name, raw_service) in &raw.services {
             let mut endpoints = BTreeMap::new();
+            let service_at = Steps::service(service_name);
+            if raw_service.workers == Some(0) {
+                return Err(self.invalid(
+                    &service_at.field("workers"),
+                    "a service needs at least one worker (leave it out for no limit)",
+                ));
+            }
+            if raw_service.queue.is_some() && raw_service.workers.is_none() {
+                return Err(self.invalid(
+                    &service_at.field("queue"),
+                    "a queue only makes sense in front of a limited number of `workers`",
+                ));
+            }
             for (endpoint_name, raw_endpoint) in &raw_service.endpoints {
                 let at = Steps::endpoint(service_name, endpoint_name);
                 let endpoint = self.endpoint(&names, &at, endpoint_name, raw_endpoint)?;
@@ -326,6 +349,9 @@ impl Builder<'_> {
                 service_name.clone(),
                 Service {
                     retry_signal: raw_service.retry_signal,
+                    workers: raw_service.workers,
+                    queue: raw_service.queue,
+                    honours_deadline: raw_service.honours_deadline.unwrap_or(true),
                     endpoints,
                 },
             );
@@ -357,8 +383,8 @@ impl Builder<'_> {
                 ));
             }
         }
-        let latency = match &raw.latency {
-            None => Latency::default(),
+        let (latency, histogram) = match &raw.latency {
+            None => (Latency::default(), Vec::new()),
             Some(l) => self.latency(&at.field("latency"), l)?,
         };
         let mut calls = Vec::with_capacity(raw.calls.len());
@@ -369,13 +395,14 @@ impl Builder<'_> {
         Ok(Endpoint {
             idempotent: raw.idempotent.unwrap_or_else(|| idempotent_by_name(name)),
             latency,
+            histogram,
             failure_rate: raw.failure_rate,
             requests_per_sec: raw.requests_per_sec,
             calls,
         })
     }
 
-    fn latency(&self, at: &Steps, raw: &RawLatency) -> Result<Latency, GraphError> {
+    fn latency(&self, at: &Steps, raw: &RawLatency) -> Result<(Latency, Vec<Bucket>), GraphError> {
         let given = Latency {
             p50: raw.p50,
             p90: raw.p90,
@@ -383,7 +410,7 @@ impl Builder<'_> {
             p999: raw.p999,
         };
         let Some(buckets) = &raw.histogram else {
-            return Ok(given);
+            return Ok((given, Vec::new()));
         };
         if given != Latency::default() {
             return Err(self.invalid(
@@ -415,12 +442,20 @@ impl Builder<'_> {
             }
             buckets.last().map(|b| b.le)
         };
-        Ok(Latency {
+        let latency = Latency {
             p50: quantile(0.5),
             p90: quantile(0.9),
             p99: quantile(0.99),
             p999: quantile(0.999),
-        })
+        };
+        let kept = buckets
+            .iter()
+            .map(|b| Bucket {
+                le: b.le,
+                count: b.count,
+            })
+            .collect();
+        Ok((latency, kept))
     }
 
     fn call(
@@ -523,49 +558,25 @@ impl Builder<'_> {
     }
 
     fn check_acyclic(&self, services: &BTreeMap<String, Service>) -> Result<(), GraphError> {
-        // 0 unseen, 1 on the current path, 2 done.
-        let mut state: BTreeMap<(&str, &str), u8> = BTreeMap::new();
-        for (service, s) in services {
-            for name in s.endpoints.keys() {
-                if let Some(call) = visit(services, (service, name), &mut state) {
-                    return Err(GraphError::Invalid {
-                        at: locate(self.source, &call.field),
-                        field: call.field.clone(),
-                        rule: format!(
-                            "this call closes a cycle back to {:?} {:?}: calls must not form a cycle",
-                            cut(&call.service, MAX_QUOTED),
-                            cut(&call.endpoint, MAX_QUOTED)
-                        ),
-                    });
-                }
-            }
+        if let Some(call) = super::walk::cycle(services) {
+            return Err(GraphError::Invalid {
+                at: locate(self.source, &call.field),
+                field: call.field.clone(),
+                rule: format!(
+                    "this call closes a cycle back to {:?} {:?}: calls must not form a cycle",
+                    cut(&call.service, MAX_QUOTED),
+                    cut(&call.endpoint, MAX_QUOTED)
+                ),
+            });
+        }
+        if let Some((call, depth)) = super::walk::too_deep(services) {
+            return Err(GraphError::TooDeep {
+                at: locate(self.source, &call.field),
+                field: call.field.clone(),
+                depth,
+                limit: super::MAX_DEPTH,
+            });
         }
         Ok(())
     }
-}
-
-/// The call that closes a cycle reachable from `node`, if any.
-fn visit<'a>(
-    services: &'a BTreeMap<String, Service>,
-    node: (&'a str, &'a str),
-    state: &mut BTreeMap<(&'a str, &'a str), u8>,
-) -> Option<&'a Call> {
-    match state.get(&node) {
-        Some(1) => return None,
-        Some(2) => return None,
-        _ => {}
-    }
-    state.insert(node, 1);
-    let endpoint = services.get(node.0)?.endpoints.get(node.1)?;
-    for call in &endpoint.calls {
-        let next = (call.service.as_str(), call.endpoint.as_str());
-        if state.get(&next) == Some(&1) {
-            return Some(call);
-        }
-        if let Some(found) = visit(services, next, state) {
-            return Some(found);
-        }
-    }
-    state.insert(node, 2);
-    None
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::lint::{LintConfig, Rule, lint_graph};
 
 const REVIEW: &str = r#"
 [services.web]
@@ -35,7 +36,10 @@ fn a_graph_reads_its_services_calls_and_latency() {
     let pay = graph.callee(call).unwrap();
     assert!(!pay.idempotent, "POST is not idempotent by its name");
     assert_eq!(pay.latency.p99, Some(Duration::from_millis(1800)));
-    assert_eq!(graph.paths().len(), 1);
+    assert_eq!(
+        graph.topological_order(),
+        [("web", "GET /checkout"), ("pay", "POST /pay")]
+    );
 }
 
 #[test]
@@ -45,7 +49,97 @@ fn json_graphs_have_the_same_shape() {
               "policy": {"retry": {"max_attempts": 3}}}]}}},
         "b": {"endpoints": {"GET /x": {"latency": {"p99": "10ms"}}}}}}"#;
     let graph = CallGraph::from_json(json).unwrap();
-    assert_eq!(graph.paths()[0][0].policy.retry().max_attempts(), 3);
+    assert_eq!(
+        graph.calls_of(("a", "GET /"))[0]
+            .policy
+            .retry()
+            .max_attempts(),
+        3
+    );
+}
+
+/// A chain of `calls` calls: s0 -> s1 -> ... , each trying twice within a budget, every
+/// service with the don't-retry signal (so the only finding is the chain's amplification).
+fn deep_chain(calls: usize) -> String {
+    let mut text = String::new();
+    for i in 0..calls {
+        text += &format!(
+            "[services.s{i}]\nretry_signal = true\n[[services.s{i}.endpoints.\"GET /\".calls]]\nto = \"s{}\"\nendpoint = \"GET /\"\npolicy = {{ retry = {{ max_attempts = 2 }}, budget = {{ kind = \"ratio\", retry_ratio = 0.1, ttl = \"10s\" }} }}\n",
+            i + 1
+        );
+    }
+    text += &format!("[services.s{calls}.endpoints.\"GET /\"]\n");
+    text
+}
+
+#[test]
+fn a_10000_call_chain_loads_and_lints_without_recursion_and_a_deeper_one_is_refused() {
+    let started = std::time::Instant::now();
+    let graph = CallGraph::from_toml(&deep_chain(MAX_DEPTH)).unwrap();
+    assert_eq!(graph.topological_order().len(), MAX_DEPTH + 1);
+    let findings = lint_graph(&graph, &LintConfig::default());
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    let amp = &findings[0];
+    assert_eq!(amp.rule, Rule::Amplification);
+    // 2^10000 overflows a float: the message says so rather than printing a wrong number;
+    // with the signal only the last layer retries, within its budget.
+    assert!(
+        amp.message.contains("infx") && amp.message.contains("1.10x"),
+        "{}",
+        amp.message
+    );
+    assert!(
+        amp.message.contains("s0 -> s1 -> s2 -> ... (9995 more)"),
+        "{}",
+        amp.message
+    );
+
+    let err = CallGraph::from_toml(&deep_chain(MAX_DEPTH + 1)).unwrap_err();
+    assert!(
+        matches!(&err, GraphError::TooDeep { depth, limit, field, .. }
+            if *depth == MAX_DEPTH + 1 && *limit == MAX_DEPTH && field.starts_with("services.\"s10000\"")),
+        "{err}"
+    );
+    // Generous for a debug build on a loaded machine; the recursive walk overflowed the stack.
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_30_layer_diamond_is_walked_once_per_endpoint_not_once_per_path() {
+    // Layer i has two services a_i and b_i, each calling both of layer i + 1: 2^30 paths.
+    let mut text = String::new();
+    for layer in 0..30 {
+        for side in ["a", "b"] {
+            for next in ["a", "b"] {
+                text += &format!(
+                    "[[services.{side}{layer}.endpoints.\"GET /\".calls]]\nto = \"{next}{}\"\nendpoint = \"GET /\"\npolicy = {{ retry = {{ max_attempts = 2 }}, budget = {{ kind = \"ratio\", retry_ratio = 0.1, ttl = \"10s\" }} }}\n",
+                    layer + 1
+                );
+            }
+        }
+    }
+    text += "[services.a30.endpoints.\"GET /\"]\n[services.b30.endpoints.\"GET /\"]\n";
+    let started = std::time::Instant::now();
+    let graph = CallGraph::from_toml(&text).unwrap();
+    let findings = lint_graph(&graph, &LintConfig::default());
+    let amp: Vec<_> = findings
+        .iter()
+        .filter(|f| f.rule == Rule::Amplification)
+        .collect();
+    // The four calls into the last layer, each the end of paths of 2^30 attempts, but at
+    // most 1.1^30 = 17.4x with the budgets.
+    assert_eq!(amp.len(), 4, "{amp:#?}");
+    assert!(amp[0].message.contains("1073741824x"), "{}", amp[0].message);
+    assert!(amp[0].message.contains("17.45x"), "{}", amp[0].message);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -134,7 +228,7 @@ fn policy_references_use_the_policy_loader() {
     );
     std::fs::write(dir.join("g.toml"), &graph_text).unwrap();
     let graph = CallGraph::load(dir.join("g.toml")).unwrap();
-    let call = graph.paths()[0][0];
+    let call = &graph.calls_of(("web", "GET /checkout"))[0];
     assert_eq!(call.policy.overall_timeout(), Some(Duration::from_secs(3)));
     assert!(matches!(&call.origin, PolicyOrigin::File { endpoint, .. } if endpoint == "POST /pay"));
 
@@ -197,7 +291,7 @@ mod props {
         #[test]
         fn a_chains_amplification_is_the_product_of_its_attempts(attempts in proptest::collection::vec(1u32..=5, 1..5)) {
             let graph = CallGraph::from_toml(&chain(&attempts)).unwrap();
-            prop_assert_eq!(graph.paths().len(), 1);
+            prop_assert_eq!(graph.topological_order().len(), attempts.len() + 1);
             let product: u32 = attempts.iter().product();
             let findings = lint_graph(&graph, &LintConfig::default());
             let amp = findings.iter().find(|f| f.rule == Rule::Amplification);

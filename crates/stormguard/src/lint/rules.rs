@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::{LintConfig, Raw, Rule, Severity, raw};
 use crate::backoff::Jitter;
-use crate::graph::{Call, CallGraph, PolicyOrigin};
+use std::collections::BTreeMap;
+
+use crate::graph::{Call, CallGraph, EndpointId, PolicyOrigin};
 use crate::policy::{BudgetSpec, EndpointPolicy};
 
 /// Attempts a policy makes in all: its hedged copies, or its retry attempts.
@@ -141,9 +143,7 @@ pub(super) fn graph(graph: &CallGraph, config: &LintConfig, emit: &mut dyn FnMut
         timeouts(call, callee.latency.p99, config, &file, &at, emit);
         inner_retries(graph, call, &file, &at, emit);
     }
-    for path in graph.paths() {
-        amplification(graph, &path, config, emit);
-    }
+    paths(graph, config, emit);
 }
 
 fn timeouts(
@@ -229,84 +229,221 @@ fn inner_retries(
     }
 }
 
-/// SG001 and SG002 over one path (the calls from an entry point down to a leaf).
-fn amplification(
-    graph: &CallGraph,
-    path: &[&Call],
+/// What is known at an endpoint of every path that reaches it from an entry point.
+#[derive(Clone, Copy)]
+struct Reach<'a> {
+    /// The largest ∏ attempts of a path reaching it, and the call that path arrives by
+    /// (with the endpoint that made it), to name the path.
+    raw: f64,
+    via: Option<(usize, &'a Call)>,
+    /// The largest effective factor of a path reaching it, by whether a later call on the
+    /// path retries from a service with the don't-retry signal (`None`: no such path).
+    effective: [Option<f64>; 2],
+    /// Paths reaching it by (retrying calls so far, 0, 1 or 2 and more) × (whether one of
+    /// them retries without the don't-retry signal).
+    retrying: [[bool; 2]; 3],
+}
+
+/// SG001 and SG002 over every path, without enumerating paths: one pass over the endpoints
+/// in topological order carries, per endpoint, the worst figures of the paths that reach it
+/// (the graph's walk is linear in its calls; a 30-layer diamond has 2^30 paths).
+///
+/// SG001 flags each call into an endpoint that calls nothing when the worst ∏ attempts of a
+/// path ending with it is above the threshold; the severity is an error when the worst
+/// effective factor of such a path (with budgets and the don't-retry signal) is too. A layer
+/// counts 1x when its service sends the signal and a later layer of the path retries from a
+/// service that does; else its budget's share (at most its attempts); else its attempts.
+/// SG002 flags a retrying call that is the second retrying call of some path on which not
+/// every retrying call comes from a service with the signal.
+fn paths(graph: &CallGraph, config: &LintConfig, emit: &mut dyn FnMut(Raw)) {
+    let order = graph.topological_order();
+    let index: BTreeMap<EndpointId<'_>, usize> =
+        order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
+    let signal = |id: EndpointId<'_>| graph.service(id.0).is_some_and(|s| s.retry_signal);
+    let target = |call: &Call| {
+        index
+            .get(&(call.service.as_str(), call.endpoint.as_str()))
+            .copied()
+    };
+    // Whether a path from each endpoint down retries somewhere without the signal.
+    let mut unsignalled_below = vec![false; order.len()];
+    for (i, &id) in order.iter().enumerate().rev() {
+        let below = graph.calls_of(id).iter().any(|call| {
+            (attempts(&call.policy) > 1 && !signal(id))
+                || target(call).is_some_and(|j| unsignalled_below.get(j).copied().unwrap_or(false))
+        });
+        if let Some(slot) = unsignalled_below.get_mut(i) {
+            *slot = below;
+        }
+    }
+    let mut reach: Vec<Option<Reach<'_>>> = vec![None; order.len()];
+    let has_callers: std::collections::BTreeSet<usize> =
+        graph.calls().filter_map(|(_, _, c)| target(c)).collect();
+    for (i, slot) in reach.iter_mut().enumerate() {
+        if !has_callers.contains(&i) {
+            *slot = Some(Reach {
+                raw: 1.0,
+                via: None,
+                effective: [Some(1.0), Some(1.0)],
+                retrying: [[true, false], [false; 2], [false; 2]],
+            });
+        }
+    }
+    for (i, &id) in order.iter().enumerate() {
+        let Some(here) = reach.get(i).copied().flatten() else {
+            continue;
+        };
+        let sends_signal = signal(id);
+        for call in graph.calls_of(id) {
+            let Some(j) = target(call) else { continue };
+            let n = attempts(&call.policy);
+            let retries = n > 1;
+            let factor = |later_signal: bool| {
+                if later_signal && sends_signal {
+                    1.0
+                } else if let Some(budget) = call.policy.budget() {
+                    (1.0 + budget_share(budget)).min(f64::from(n))
+                } else {
+                    f64::from(n)
+                }
+            };
+            let this_signals = retries && sends_signal;
+            let raw_here = here.raw * f64::from(n);
+            let effective = [false, true].map(|later| {
+                here.effective[usize::from(this_signals || later)].map(|e| e * factor(later))
+            });
+            if graph
+                .calls_of((call.service.as_str(), call.endpoint.as_str()))
+                .is_empty()
+            {
+                leaf_amplification(
+                    &order,
+                    &reach,
+                    call,
+                    raw_here,
+                    effective[0],
+                    i,
+                    config,
+                    emit,
+                );
+            }
+            if retries
+                && (here.retrying[1][1]
+                    || (here.retrying[1][0]
+                        && (!sends_signal || unsignalled_below.get(j).copied().unwrap_or(false))))
+            {
+                emit(raw(
+                    Rule::LayeredRetries,
+                    call.field.clone(),
+                    format!(
+                        "a path through {:?} -> {:?} has two or more layers that retry, and not all send and honour the don't-retry signal (retry_signal = true): their retries multiply",
+                        id.0, call.service
+                    ),
+                ));
+            }
+            let Some(next) = reach.get_mut(j) else {
+                continue;
+            };
+            let entry = next.get_or_insert(Reach {
+                raw: 0.0,
+                via: None,
+                effective: [None, None],
+                retrying: [[false; 2]; 3],
+            });
+            if raw_here > entry.raw {
+                entry.raw = raw_here;
+                entry.via = Some((i, call));
+            }
+            for (slot, value) in entry.effective.iter_mut().zip(effective) {
+                if let Some(v) = value {
+                    *slot = Some(slot.map_or(v, |old| old.max(v)));
+                }
+            }
+            for k in 0..3 {
+                for u in 0..2 {
+                    if here.retrying[k][u] {
+                        let k2 = (k + usize::from(retries)).min(2);
+                        let u2 = u == 1 || (retries && !sends_signal);
+                        entry.retrying[k2][usize::from(u2)] = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The most hops a finding's message names; longer paths show their ends.
+const ROUTE_SHOWN: usize = 8;
+
+/// SG001 for `call` into an endpoint that calls nothing, made from endpoint `from`.
+#[allow(clippy::too_many_arguments)]
+fn leaf_amplification(
+    order: &[EndpointId<'_>],
+    reach: &[Option<Reach<'_>>],
+    call: &Call,
+    raw_factor: f64,
+    effective: Option<f64>,
+    from: usize,
     config: &LintConfig,
     emit: &mut dyn FnMut(Raw),
 ) {
-    let Some(last) = path.last() else { return };
-    let caller_signal = |index: usize| -> bool {
-        // The service making call `index` is the one called by call `index - 1`, or the
-        // entry service for the first call; find it by name.
-        let service = if index == 0 {
-            graph
-                .calls()
-                .find(|(_, _, c)| std::ptr::eq(*c, path[0]))
-                .map(|(s, _, _)| s)
-        } else {
-            Some(path[index - 1].service.as_str())
-        };
-        service
-            .and_then(|s| graph.service(s))
-            .is_some_and(|s| s.retry_signal)
-    };
-    let retrying: Vec<usize> = (0..path.len())
-        .filter(|&i| attempts(&path[i].policy) > 1)
-        .collect();
-    let raw_factor: f64 = path
-        .iter()
-        .map(|c| f64::from(attempts(&c.policy)))
-        .product();
-    // With the don't-retry signal, a layer above a retrying layer that sends the signal does
-    // not retry what comes back exhausted; with a budget, a layer retries at most its share.
-    let effective: f64 = (0..path.len())
-        .map(|i| {
-            let policy = &path[i].policy;
-            let below_signals =
-                retrying.iter().any(|&j| j > i && caller_signal(j)) && caller_signal(i);
-            if below_signals {
-                1.0
-            } else if let Some(budget) = policy.budget() {
-                (1.0 + budget_share(budget)).min(f64::from(attempts(policy)))
-            } else {
-                f64::from(attempts(policy))
-            }
-        })
-        .product();
-    let route = path
-        .iter()
-        .map(|c| c.service.as_str())
-        .collect::<Vec<_>>()
-        .join(" -> ");
-    if raw_factor > config.max_amplification {
-        let severity = if effective > config.max_amplification {
-            Severity::Error
-        } else {
-            Severity::Note
-        };
-        emit(Raw {
-            severity,
-            ..raw(
-                Rule::Amplification,
-                last.field.clone(),
-                format!(
-                    "path to {route}: a failing {:?} sees {raw_factor:.0}x its traffic without budgets, {effective:.2}x with the budgets and the don't-retry signal (threshold {}x)",
-                    last.service, config.max_amplification
-                ),
-            )
-        });
+    if raw_factor <= config.max_amplification {
+        return;
     }
-    if retrying.len() > 1 && !retrying.iter().all(|&i| caller_signal(i)) {
-        let second = path[retrying[1]];
-        emit(raw(
-            Rule::LayeredRetries,
-            second.field.clone(),
+    let effective = effective.unwrap_or(raw_factor);
+    // The worst path, walked back from `from` by the calls it arrived by.
+    let mut hops = vec![call.service.as_str()];
+    let mut at = Some(from);
+    while let Some(i) = at {
+        let via = reach.get(i).copied().flatten().and_then(|r| r.via);
+        match via {
+            Some((prev, c)) => {
+                hops.push(c.service.as_str());
+                at = Some(prev);
+            }
+            None => {
+                if let Some(id) = order.get(i) {
+                    hops.push(id.0);
+                }
+                at = None;
+            }
+        }
+    }
+    hops.reverse();
+    // The entry service starts the route; the rest are the services called.
+    let route = if hops.len() > ROUTE_SHOWN {
+        let head = hops[..3].join(" -> ");
+        let tail = hops[hops.len() - 3..].join(" -> ");
+        format!("{head} -> ... ({} more) -> {tail}", hops.len() - 6)
+    } else {
+        hops.join(" -> ")
+    };
+    let severity = if effective > config.max_amplification {
+        Severity::Error
+    } else {
+        Severity::Note
+    };
+    emit(Raw {
+        severity,
+        ..raw(
+            Rule::Amplification,
+            call.field.clone(),
             format!(
-                "{} layers of the path to {route} retry and not all send and honour the don't-retry signal (retry_signal = true): their retries multiply",
-                retrying.len()
+                "path {route}: a failing {:?} sees {}x its traffic without budgets, {}x with the budgets and the don't-retry signal (threshold {}x)",
+                call.service,
+                factor(raw_factor, 0),
+                factor(effective, 2),
+                config.max_amplification
             ),
-        ));
+        )
+    });
+}
+
+/// A factor as a message writes it: `27`, `1.10`; huge ones in scientific notation.
+fn factor(x: f64, decimals: usize) -> String {
+    if x >= 1e12 {
+        format!("{x:.3e}")
+    } else {
+        format!("{x:.decimals$}")
     }
 }

@@ -1,0 +1,704 @@
+//! The event loop: requests at services, calls between them driven by the core's
+//! [`RetryRun`], budgets and breakers.
+//!
+//! Events are few on purpose (the run's cost is its events): a request that starts work
+//! schedules one `DONE` at its end; a call's attempt needs a timer only when its answer is
+//! not already known to come in time, and the attempts whose deadline is their per-try
+//! timeout share one `TIMER` per call of the graph (their deadlines come in sending order, so
+//! a FIFO holds them and an attempt answered in time costs no event); any other deadline is
+//! a `TIMEOUT` of its own; a retry's wait is a `RETRY`. Everything that
+//! follows from one event at the same instant (a reply going up several layers, the next
+//! call of a request, the next request out of a queue) is worked through a stack of steps
+//! in the same event, never by recursion, so a deep graph cannot overflow the stack.
+
+use std::collections::VecDeque;
+
+use rand::Rng;
+use rand::rngs::SmallRng;
+use stormguard::breaker::OwnedPermit;
+use stormguard::budget::RetryBudget;
+use stormguard::classify::Outcome;
+use stormguard::retry::{AttemptOutcome, Decision, RetryRun, StopReason};
+
+use super::inject::{Fault, Injection};
+use super::model::Model;
+use super::stats::ServiceStats;
+use crate::error::InvalidParam;
+use crate::queue::{EventQueue, pack};
+use crate::slab::Slab;
+use crate::time::{Nanos, duration};
+
+pub(super) const ARRIVAL: u8 = 0;
+pub(super) const DONE: u8 = 1;
+pub(super) const RETRY: u8 = 2;
+pub(super) const TIMEOUT: u8 = 3;
+pub(super) const TIMER: u8 = 4;
+
+/// No caller: an entry request.
+const NONE: u32 = u32::MAX;
+/// No deadline.
+const NEVER: Nanos = Nanos::MAX;
+
+/// How a request ended, as its caller sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answer {
+    Ok,
+    /// A 503 (an injected 503, the endpoint's own failures, a failed call, a full queue).
+    Unavailable,
+    /// Refused before the request was read (an outage).
+    Refused,
+    /// Failed after retrying below, with the don't-retry signal.
+    Exhausted,
+}
+
+/// One request at a service.
+struct Request {
+    node: u32,
+    generation: u32,
+    /// The call whose attempt this is ([`NONE`] for an entry request) and the attempt's token.
+    caller: u32,
+    token: u32,
+    arrived: Nanos,
+    /// The deadline the service honours ([`NEVER`]: none).
+    deadline: Nanos,
+    /// The next of its node's calls to make.
+    next: u32,
+    /// Its work is cut short by its deadline: it ends without an answer.
+    cut: bool,
+}
+
+/// One call a request makes.
+struct CallState<'p> {
+    edge: u32,
+    request: u32,
+    deadline: Nanos,
+    /// The attempt in flight (a reply or timeout with another token is stale).
+    token: u32,
+    sent: Nanos,
+    run: RetryRun<'p, dyn RetryBudget + 'p>,
+    permit: Option<OwnedPermit>,
+}
+
+/// Work that follows from an event at the same instant.
+enum Step {
+    /// An attempt of a call ended with an answer.
+    Reply {
+        call: u32,
+        token: u32,
+        answer: Answer,
+    },
+    /// A request goes on with its next call, or finishes.
+    Continue { request: u32 },
+    /// A call sends its next attempt.
+    Send { call: u32 },
+    /// A worker of a service became free.
+    Release { service: u32 },
+}
+
+/// The faults in force at a service at one instant.
+struct Active {
+    outage: bool,
+    p503: f64,
+    added: Nanos,
+    scale: f64,
+}
+
+/// A service's changing state.
+struct ServiceState {
+    busy: u32,
+    waiting: VecDeque<u32>,
+    /// Its injections: `(start, end, fault)`.
+    faults: Vec<(Nanos, Nanos, Fault)>,
+}
+
+/// The mutable state of one run.
+pub(super) struct World<'p> {
+    model: &'p Model,
+    state: Vec<ServiceState>,
+    pub(super) stats: Vec<ServiceStats>,
+    requests: Slab<Request>,
+    calls: Slab<CallState<'p>>,
+    pub(super) queue: EventQueue,
+    rng: SmallRng,
+    steps: Vec<Step>,
+    tokens: u32,
+    generations: u32,
+    /// The time bin of the event being handled, and where it ends.
+    bin: usize,
+    bin_end: Nanos,
+    bin_width: Nanos,
+    /// Per call of the graph, the attempts whose deadline is their per-try timeout, in
+    /// sending order (so in deadline order): `(deadline, call, token)`. One `TIMER` event
+    /// per call of the graph stands for all of them, so an attempt answered in time costs no
+    /// event of its own.
+    timers: Vec<VecDeque<(Nanos, u32, u32)>>,
+    /// When each call of the graph's `TIMER` event is due ([`NEVER`]: none is scheduled).
+    armed: Vec<Nanos>,
+    /// Entry requests that succeeded and failed.
+    pub(super) entry_ok: u64,
+    pub(super) entry_failed: u64,
+}
+
+impl<'p> World<'p> {
+    pub(super) fn new(
+        model: &'p Model,
+        injections: &[Injection],
+        stats: Vec<ServiceStats>,
+        bin_width: Nanos,
+        rng: SmallRng,
+    ) -> World<'p> {
+        let bin_width = bin_width.max(1);
+        let state = model
+            .services
+            .iter()
+            .map(|s| ServiceState {
+                busy: 0,
+                waiting: VecDeque::new(),
+                faults: injections
+                    .iter()
+                    .filter(|i| i.service == s.name)
+                    .map(|i| {
+                        let (start, end) = i.window();
+                        (start, end, i.fault)
+                    })
+                    .collect(),
+            })
+            .collect();
+        World {
+            model,
+            state,
+            stats,
+            requests: Slab::new(),
+            calls: Slab::new(),
+            queue: EventQueue::with_capacity(4096),
+            rng,
+            steps: Vec::new(),
+            timers: model.edges.iter().map(|_| VecDeque::new()).collect(),
+            armed: vec![NEVER; model.edges.len()],
+            tokens: 0,
+            generations: 0,
+            bin: 0,
+            bin_end: bin_width,
+            bin_width,
+            entry_ok: 0,
+            entry_failed: 0,
+        }
+    }
+
+    /// Moves the current time bin to the one holding `now` (events come in time order).
+    #[inline]
+    pub(super) fn tick(&mut self, now: Nanos) {
+        while now >= self.bin_end {
+            self.bin += 1;
+            self.bin_end = self.bin_end.saturating_add(self.bin_width);
+        }
+    }
+
+    /// Requests waiting in each service's queue.
+    pub(super) fn queued(&self) -> Vec<usize> {
+        self.state.iter().map(|s| s.waiting.len()).collect()
+    }
+
+    fn token(&mut self) -> u32 {
+        self.tokens = self.tokens.wrapping_add(1);
+        self.tokens
+    }
+
+    /// An entry request arrives at `node`.
+    pub(super) fn entry(&mut self, now: Nanos, node: usize) -> Result<(), InvalidParam> {
+        self.arrive(now, node, NONE, 0, NEVER)?;
+        self.drain(now)
+    }
+
+    /// A request's work ended.
+    pub(super) fn done(
+        &mut self,
+        now: Nanos,
+        slot: u32,
+        generation: u32,
+    ) -> Result<(), InvalidParam> {
+        let Some(r) = self.requests.get(slot) else {
+            return Ok(());
+        };
+        if r.generation != generation {
+            return Ok(());
+        }
+        let node = r.node as usize;
+        let Some(n) = self.model.nodes.get(node) else {
+            return Ok(());
+        };
+        if r.cut {
+            self.requests.remove(slot);
+            if let Some(s) = self.stats.get_mut(n.service) {
+                s.abandoned += 1;
+            }
+            self.steps.push(Step::Release {
+                service: n.service as u32,
+            });
+        } else if n.failure_rate > 0.0 && self.rng.random::<f64>() < n.failure_rate {
+            self.finish(now, slot, Answer::Unavailable);
+        } else {
+            self.steps.push(Step::Continue { request: slot });
+        }
+        self.drain(now)
+    }
+
+    /// A call's backoff ended: send its next attempt.
+    pub(super) fn retry(&mut self, now: Nanos, call: u32, token: u32) -> Result<(), InvalidParam> {
+        if self.calls.get(call).is_some_and(|c| c.token == token) {
+            self.steps.push(Step::Send { call });
+        }
+        self.drain(now)
+    }
+
+    /// A call's attempt reached its deadline without an answer.
+    pub(super) fn timeout(
+        &mut self,
+        now: Nanos,
+        call: u32,
+        token: u32,
+    ) -> Result<(), InvalidParam> {
+        let fresh = self.token();
+        let Some(c) = self.calls.get_mut(call) else {
+            return Ok(());
+        };
+        if c.token != token {
+            return Ok(());
+        }
+        // A reply to this attempt that comes later is stale.
+        c.token = fresh;
+        self.decide(now, call, AttemptOutcome::TIMED_OUT);
+        self.drain(now)
+    }
+
+    /// The timer of edge `edge` fired: every attempt on it whose deadline has come times
+    /// out (those answered since are skipped), and the timer is set for the next one still
+    /// waiting.
+    pub(super) fn timer(&mut self, now: Nanos, edge: u32) -> Result<(), InvalidParam> {
+        let e = edge as usize;
+        if self.armed.get(e) != Some(&now) {
+            return Ok(());
+        }
+        if let Some(armed) = self.armed.get_mut(e) {
+            *armed = NEVER;
+        }
+        loop {
+            let front = self.timers.get(e).and_then(|f| f.front().copied());
+            match front {
+                Some((at, call, token)) if at <= now => {
+                    if let Some(fifo) = self.timers.get_mut(e) {
+                        fifo.pop_front();
+                    }
+                    self.timeout(now, call, token)?;
+                }
+                _ => break,
+            }
+        }
+        self.arm(e);
+        Ok(())
+    }
+
+    /// Drops answered attempts from the front of edge `e`'s timers and schedules its event
+    /// for the first one still waiting, unless one is scheduled.
+    fn arm(&mut self, e: usize) {
+        if self.armed.get(e).is_none_or(|&at| at != NEVER) {
+            return;
+        }
+        let Some(fifo) = self.timers.get_mut(e) else {
+            return;
+        };
+        while let Some(&(at, call, token)) = fifo.front() {
+            if self.calls.get(call).is_some_and(|c| c.token == token) {
+                self.queue.push(at, pack(TIMER, e as u32, 0));
+                if let Some(armed) = self.armed.get_mut(e) {
+                    *armed = at;
+                }
+                return;
+            }
+            fifo.pop_front();
+        }
+    }
+
+    /// Works through the steps until none is left.
+    fn drain(&mut self, now: Nanos) -> Result<(), InvalidParam> {
+        while let Some(step) = self.steps.pop() {
+            match step {
+                Step::Reply {
+                    call,
+                    token,
+                    answer,
+                } => self.reply(now, call, token, answer),
+                Step::Continue { request } => self.next_call(now, request)?,
+                Step::Send { call } => self.send(now, call)?,
+                Step::Release { service } => self.release(now, service as usize),
+            }
+        }
+        Ok(())
+    }
+
+    /// The faults in force at `service` at `now`.
+    fn active(&self, service: usize, now: Nanos) -> Active {
+        let mut active = Active {
+            outage: false,
+            p503: 0.0,
+            added: 0,
+            scale: 1.0,
+        };
+        let Some(state) = self.state.get(service) else {
+            return active;
+        };
+        for &(start, end, fault) in &state.faults {
+            if start <= now && now < end {
+                match fault {
+                    Fault::Outage => active.outage = true,
+                    Fault::Errors503(p) => active.p503 = active.p503.max(p),
+                    Fault::AddLatency(d) => {
+                        active.added = active.added.saturating_add(crate::time::nanos(d));
+                    }
+                    Fault::ScaleLatency(x) => active.scale *= x,
+                }
+            }
+        }
+        active
+    }
+
+    /// A request (an attempt of `caller`, or an entry request) arrives at `node`. Returns
+    /// when its answer is known to come, if it is: at once (refused) or at the end of work
+    /// that needs no further call.
+    fn arrive(
+        &mut self,
+        now: Nanos,
+        node: usize,
+        caller: u32,
+        token: u32,
+        deadline: Nanos,
+    ) -> Result<Option<Nanos>, InvalidParam> {
+        let model = self.model;
+        let Some(n) = model.nodes.get(node) else {
+            return Ok(None);
+        };
+        let service = n.service;
+        let Some(model) = model.services.get(service) else {
+            return Ok(None);
+        };
+        if let Some(stats) = self.stats.get_mut(service) {
+            stats.at(self.bin).arrivals += 1;
+        }
+        let active = self.active(service, now);
+        let mut refused = if active.outage {
+            Some(Answer::Refused)
+        } else if active.p503 > 0.0 && self.rng.random::<f64>() < active.p503 {
+            Some(Answer::Unavailable)
+        } else {
+            None
+        };
+        let generation = self.generations;
+        self.generations = self.generations.wrapping_add(1);
+        let request = Request {
+            node: node as u32,
+            generation,
+            caller,
+            token,
+            arrived: now,
+            deadline: if model.honours_deadline {
+                deadline
+            } else {
+                NEVER
+            },
+            next: 0,
+            cut: false,
+        };
+        if refused.is_none() {
+            let Some(state) = self.state.get_mut(service) else {
+                return Ok(None);
+            };
+            if state.busy < model.workers {
+                let slot = self.insert(request)?;
+                return Ok(self.start_work(now, slot));
+            }
+            if state.waiting.len() < model.queue {
+                let slot = self.insert(request)?;
+                if let Some(state) = self.state.get_mut(service) {
+                    state.waiting.push_back(slot);
+                    if let Some(s) = self.stats.get_mut(service) {
+                        s.queue_peak = s.queue_peak.max(state.waiting.len());
+                    }
+                }
+                return Ok(None);
+            }
+            refused = Some(Answer::Unavailable);
+        }
+        // Answered at once, without a worker.
+        if let Some(s) = self.stats.get_mut(service) {
+            s.at(self.bin).failed += 1;
+        }
+        self.answer(caller, token, refused.unwrap_or(Answer::Unavailable));
+        Ok(Some(now))
+    }
+
+    fn insert(&mut self, request: Request) -> Result<u32, InvalidParam> {
+        self.requests
+            .insert(request)
+            .ok_or_else(|| InvalidParam::new("rate", "too many requests in flight"))
+    }
+
+    /// Gives `slot` a worker and schedules the end of its work; returns when its answer is
+    /// known to come (work that ends in time and calls nothing).
+    fn start_work(&mut self, now: Nanos, slot: u32) -> Option<Nanos> {
+        let model = self.model;
+        let r = self.requests.get(slot)?;
+        let node = model.nodes.get(r.node as usize)?;
+        let service = node.service;
+        let mut work = node.work.sample(&mut self.rng);
+        let active = self.active(service, now);
+        if active.scale != 1.0 {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let scaled = (work as f64 * active.scale).min(Nanos::MAX as f64) as Nanos;
+            work = scaled;
+        }
+        work = work.saturating_add(active.added);
+        let mut end = now.saturating_add(work);
+        let r = self.requests.get_mut(slot)?;
+        if r.deadline < end {
+            end = r.deadline;
+            r.cut = true;
+        }
+        let known = (!r.cut && node.edges.is_empty()).then_some(end);
+        let generation = r.generation;
+        if let Some(state) = self.state.get_mut(service) {
+            state.busy += 1;
+        }
+        if let Some(s) = self.stats.get_mut(service) {
+            s.at(self.bin).admitted += 1;
+        }
+        self.queue.push(end, pack(DONE, slot, generation));
+        known
+    }
+
+    /// Hands an answer to the caller.
+    fn answer(&mut self, caller: u32, token: u32, answer: Answer) {
+        if caller == NONE {
+            if answer == Answer::Ok {
+                self.entry_ok += 1;
+            } else {
+                self.entry_failed += 1;
+            }
+        } else {
+            self.steps.push(Step::Reply {
+                call: caller,
+                token,
+                answer,
+            });
+        }
+    }
+
+    /// A request ends with `answer`: its worker is free, its caller told.
+    fn finish(&mut self, now: Nanos, slot: u32, answer: Answer) {
+        let Some(r) = self.requests.remove(slot) else {
+            return;
+        };
+        let Some(node) = self.model.nodes.get(r.node as usize) else {
+            return;
+        };
+        if let Some(s) = self.stats.get_mut(node.service) {
+            if answer == Answer::Ok {
+                s.at(self.bin).ok += 1;
+                s.record_latency(now - r.arrived);
+            } else {
+                s.at(self.bin).failed += 1;
+            }
+        }
+        self.steps.push(Step::Release {
+            service: node.service as u32,
+        });
+        self.answer(r.caller, r.token, answer);
+    }
+
+    /// A worker of `service` is free: the next request in its queue gets it. A request
+    /// whose deadline passed while it waited is dropped at no cost when the service honours
+    /// deadlines.
+    fn release(&mut self, now: Nanos, service: usize) {
+        let Some(state) = self.state.get_mut(service) else {
+            return;
+        };
+        state.busy = state.busy.saturating_sub(1);
+        while let Some(next) = self
+            .state
+            .get_mut(service)
+            .and_then(|s| s.waiting.pop_front())
+        {
+            let expired = self.requests.get(next).is_some_and(|r| r.deadline <= now);
+            if expired {
+                self.requests.remove(next);
+                if let Some(s) = self.stats.get_mut(service) {
+                    s.abandoned += 1;
+                }
+                continue;
+            }
+            self.start_work(now, next);
+            break;
+        }
+    }
+
+    /// Request `slot` makes its next call, or finishes when it has made them all.
+    fn next_call(&mut self, now: Nanos, slot: u32) -> Result<(), InvalidParam> {
+        let model = self.model;
+        let Some(r) = self.requests.get_mut(slot) else {
+            return Ok(());
+        };
+        let Some(node) = model.nodes.get(r.node as usize) else {
+            return Ok(());
+        };
+        let index = node.edges.start + r.next as usize;
+        if index >= node.edges.end {
+            self.finish(now, slot, Answer::Ok);
+            return Ok(());
+        }
+        r.next += 1;
+        let Some(edge) = model.edges.get(index) else {
+            return Ok(());
+        };
+        let mut deadline = r.deadline;
+        if let Some(reserve) = edge.reserve.filter(|_| deadline != NEVER) {
+            let left = deadline.saturating_sub(now);
+            let kept = crate::time::nanos(reserve.kept_from(duration(left)));
+            deadline = now.saturating_add(left.saturating_sub(kept));
+        }
+        if let Some(overall) = edge.overall {
+            deadline = deadline.min(now.saturating_add(overall));
+        }
+        if deadline <= now {
+            self.finish(now, slot, Answer::Unavailable);
+            return Ok(());
+        }
+        let run = RetryRun::start(&edge.policy, &*edge.budget, edge.retry_safe);
+        let call = self
+            .calls
+            .insert(CallState {
+                edge: index as u32,
+                request: slot,
+                deadline,
+                token: 0,
+                sent: now,
+                run,
+                permit: None,
+            })
+            .ok_or_else(|| InvalidParam::new("rate", "too many calls in flight"))?;
+        self.steps.push(Step::Send { call });
+        Ok(())
+    }
+
+    /// Sends the next attempt of `call`.
+    fn send(&mut self, now: Nanos, call: u32) -> Result<(), InvalidParam> {
+        let model = self.model;
+        let token = self.token();
+        let Some(c) = self.calls.get_mut(call) else {
+            return Ok(());
+        };
+        let Some(edge) = model.edges.get(c.edge as usize) else {
+            return Ok(());
+        };
+        if let Some(breaker) = &edge.breaker {
+            match breaker.try_acquire_owned() {
+                Ok(permit) => c.permit = Some(permit),
+                Err(_) => {
+                    // A refused retry's withdrawal is given back when the run is dropped.
+                    self.end_call(now, call, StopReason::BreakerOpen);
+                    return Ok(());
+                }
+            }
+        }
+        let edge_index = c.edge;
+        let per_try = edge
+            .policy
+            .per_try_timeout()
+            .map(|t| now.saturating_add(crate::time::nanos(t)));
+        let deadline = per_try.map_or(c.deadline, |t| t.min(c.deadline));
+        c.token = token;
+        c.sent = now;
+        let known = self.arrive(now, edge.callee, call, token, deadline)?;
+        if deadline != NEVER && known.is_none_or(|at| at > deadline) {
+            if per_try == Some(deadline) {
+                // Every attempt on this call of the graph gets the same per-try timeout,
+                // so these deadlines come in sending order.
+                if let Some(fifo) = self.timers.get_mut(edge_index as usize) {
+                    fifo.push_back((deadline, call, token));
+                }
+                self.arm(edge_index as usize);
+            } else {
+                self.queue.push(deadline, pack(TIMEOUT, call, token));
+            }
+        }
+        Ok(())
+    }
+
+    /// An attempt of `call` was answered.
+    fn reply(&mut self, now: Nanos, call: u32, token: u32, answer: Answer) {
+        let model = self.model;
+        let Some(c) = self.calls.get(call) else {
+            return;
+        };
+        if c.token != token {
+            return;
+        }
+        let Some(edge) = model.edges.get(c.edge as usize) else {
+            return;
+        };
+        let honours_signal = edge.caller_signal;
+        let outcome = match answer {
+            Answer::Ok => Outcome::Success,
+            Answer::Refused => Outcome::Retryable,
+            Answer::Unavailable if edge.retries_503 => Outcome::Retryable,
+            Answer::Unavailable => Outcome::NeverRetry,
+            Answer::Exhausted if honours_signal => Outcome::NeverRetry,
+            Answer::Exhausted => Outcome::Retryable,
+        };
+        self.decide(now, call, outcome.into());
+    }
+
+    /// Records how an attempt of `call` ended and follows the core's decision.
+    fn decide(&mut self, now: Nanos, call: u32, ended: AttemptOutcome) {
+        let Some(c) = self.calls.get_mut(call) else {
+            return;
+        };
+        if let Some(permit) = c.permit.take() {
+            permit.record(ended.outcome, duration(now.saturating_sub(c.sent)));
+        }
+        let deadline = c.deadline;
+        let remaining = || (deadline != NEVER).then(|| duration(deadline.saturating_sub(now)));
+        match c.run.finish_attempt(ended, remaining, &mut self.rng) {
+            Decision::Retry { delay, .. } => {
+                let at = now.saturating_add(crate::time::nanos(delay));
+                let token = c.token;
+                if at == now {
+                    self.steps.push(Step::Send { call });
+                } else {
+                    self.queue.push(at, pack(RETRY, call, token));
+                }
+            }
+            Decision::Stop(reason) => self.end_call(now, call, reason),
+        }
+    }
+
+    /// `call` stopped: its request goes on, or fails.
+    fn end_call(&mut self, now: Nanos, call: u32, reason: StopReason) {
+        let model = self.model;
+        let Some(c) = self.calls.remove(call) else {
+            return;
+        };
+        if reason == StopReason::Succeeded {
+            self.steps.push(Step::Continue { request: c.request });
+            return;
+        }
+        let signals = model
+            .edges
+            .get(c.edge as usize)
+            .is_some_and(|e| e.retries && e.caller_signal);
+        let answer = if signals {
+            Answer::Exhausted
+        } else {
+            Answer::Unavailable
+        };
+        self.finish(now, c.request, answer);
+    }
+}
