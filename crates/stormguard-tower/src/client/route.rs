@@ -303,12 +303,16 @@ mod tests {
 
     #[test]
     fn a_single_word_before_the_path_is_refused_unless_it_names_a_port() {
-        let typo = "GET api/users".parse::<RoutePattern>().unwrap_err();
+        let typo = "GET api/users"
+            .parse::<RoutePattern>()
+            .expect_err("a path without its slash");
         assert_eq!(typo, InvalidRoute::HostOrPath("api/users".to_owned()));
         assert!(typo.to_string().contains("starts with '/'"), "{typo}");
-        let one_label: RoutePattern = "GET users:8080/list".parse().unwrap();
+        let one_label: RoutePattern = "GET users:8080/list"
+            .parse()
+            .expect("a one-label host with a port");
         assert!(one_label.matches_host(&Method::GET, Some("users:8080"), "/list"));
-        let local: RoutePattern = "GET LocalHost/list".parse().unwrap();
+        let local: RoutePattern = "GET LocalHost/list".parse().expect("localhost");
         assert!(local.matches_host(&Method::GET, Some("localhost:3000"), "/list"));
         assert!("GET users.internal/list".parse::<RoutePattern>().is_ok());
     }
