@@ -227,3 +227,43 @@ fn brookers_retries_keep_the_queue_from_draining_and_without_them_it_stays_bound
     );
     assert_eq!(server.amplification, 1.0);
 }
+
+#[test]
+fn an_entry_without_traffic_sends_nothing_and_a_too_fine_bin_is_refused() {
+    let g = graph(
+        r#"
+        [services.quiet.endpoints."GET /"]
+        requests_per_sec = 0
+        [[services.quiet.endpoints."GET /".calls]]
+        to = "db"
+        endpoint = "GET /q"
+        policy = { retry = { max_attempts = 1 } }
+
+        [services.busy.endpoints."GET /"]
+        requests_per_sec = 10
+        [[services.busy.endpoints."GET /".calls]]
+        to = "db"
+        endpoint = "GET /q"
+        policy = { retry = { max_attempts = 1 } }
+
+        [services.db.endpoints."GET /q"]
+        "#,
+    );
+    let cfg = WhatIfConfig {
+        duration: Duration::from_secs(10),
+        ..WhatIfConfig::default()
+    };
+    let report = simulate(&g, &cfg);
+    assert_eq!(report.service("quiet").map(|s| s.requests), Some(0));
+    assert_eq!(report.service("busy").map(|s| s.requests), Some(100));
+    // A series per service: 10 s in 1 µs bins would be 10 million counts each.
+    let fine = WhatIfConfig {
+        bin: Duration::from_micros(1),
+        ..cfg
+    };
+    let refused = run(&g, &fine, "graph", &mut NoProgress).expect_err("too many bins");
+    assert!(
+        refused.to_string().contains("100000 bins per service"),
+        "{refused}"
+    );
+}

@@ -80,6 +80,9 @@ use crate::time::{NANOS_PER_SEC, Nanos, nanos, nth_of_rate};
 use crate::vclock::VirtualClock;
 use model::Model;
 use stats::{ServiceStats, recovery_bins};
+
+/// The most bins a what-if run may have: each service keeps a series of that many counts.
+pub const MAX_SERIES_BINS: u64 = 100_000;
 use world::{ARRIVAL, DONE, RETRY, TIMEOUT, TIMER, World};
 
 /// How to run a graph.
@@ -119,7 +122,18 @@ impl WhatIfConfig {
             error::in_range("rate", rate, 1e-3, 1e7)?;
         }
         let run = error::positive_duration("duration", self.duration)?;
-        error::bin_width(self.bin, run)?;
+        let width = error::bin_width(self.bin, run)?;
+        // Each service keeps a series of counts per bin: bounded well below the other
+        // scenarios' limit, which hold one series in all.
+        if run / width > MAX_SERIES_BINS {
+            return Err(InvalidParam::new(
+                "bin",
+                format!(
+                    "{:?} would cut the run into more than {MAX_SERIES_BINS} bins per service",
+                    self.bin
+                ),
+            ));
+        }
         for i in &self.injections {
             if graph.service(&i.service).is_none() {
                 let names: Vec<&str> = graph.services().keys().map(String::as_str).collect();
@@ -334,7 +348,12 @@ pub fn run(
         rng::stream(cfg.seed, 0x7768_6174),
     );
     let mut sent = vec![0u64; entry_nodes.len()];
-    for (i, _) in entry_nodes.iter().enumerate() {
+    // An entry the graph gives no traffic (a rate of 0) gets no arrival at all.
+    for (i, _) in entry_nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, rate))| *rate > 0.0)
+    {
         w.queue.push(0, crate::queue::pack(ARRIVAL, i as u32, 0));
     }
     let mut events = 0u64;

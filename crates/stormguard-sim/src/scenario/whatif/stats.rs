@@ -45,27 +45,20 @@ impl ServiceStats {
         let latency = Histogram::new_with_bounds(1, MAX_LATENCY, 2)
             .map_err(|e| InvalidParam::new("duration", e.to_string()))?;
         Ok(ServiceStats {
-            bins: vec![Counts::default(); bins],
+            // One more than the run's: what happens after the run, while the requests in
+            // flight finish, is counted in the last (it adds to the totals, not the series).
+            bins: vec![Counts::default(); bins.saturating_add(1)],
             abandoned: 0,
             latency,
             queue_peak: 0,
         })
     }
 
-    /// The counts of bin `bin` (bins past the run's, while requests in flight finish, are
-    /// added as needed).
+    /// The counts of bin `bin`; every bin past the run's is the one after its last.
     #[inline]
     pub(super) fn at(&mut self, bin: usize) -> &mut Counts {
-        if bin >= self.bins.len() {
-            self.grow(bin);
-        }
         let last = self.bins.len() - 1;
         &mut self.bins[bin.min(last)]
-    }
-
-    #[cold]
-    fn grow(&mut self, bin: usize) {
-        self.bins.resize(bin + 1, Counts::default());
     }
 
     /// Every bin's value of `field`, the first `bins` bins.
