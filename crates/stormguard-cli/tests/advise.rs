@@ -126,6 +126,89 @@ fn the_seeds_figures_from_csv_and_a_snapshot() {
     assert_eq!(both[0]["rule"], "0.7/0.3");
 }
 
+/// An HdrHistogram interval log of `samples` (ms) times `scale`, in two intervals tagged
+/// `GET_/search`.
+fn hdr_log(samples: &[u64], scale: u64) -> Vec<u8> {
+    use hdrhistogram::Histogram;
+    use hdrhistogram::serialization::V2DeflateSerializer;
+    use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
+    let mut out = Vec::new();
+    let mut serializer = V2DeflateSerializer::new();
+    let mut writer = IntervalLogWriterBuilder::new()
+        .begin_log_with(&mut out, &mut serializer)
+        .unwrap();
+    let (first, second) = samples.split_at(samples.len() / 2);
+    for (i, part) in [first, second].into_iter().enumerate() {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        for ms in part {
+            h.record(ms * scale).unwrap();
+        }
+        let start = Duration::from_secs(60 * i as u64);
+        writer
+            .write_histogram(&h, start, Duration::from_secs(60), Tag::new("GET_/search"))
+            .unwrap();
+    }
+    drop(writer);
+    out
+}
+
+#[test]
+fn an_hdr_histogram_log_gives_the_seeds_figures_as_the_csv_does() {
+    let normal = temp("normal.hlog");
+    std::fs::write(&normal, hdr_log(&generated(1, 1200), 1)).unwrap();
+    let stress = temp("stress.hlog");
+    std::fs::write(&stress, hdr_log(&generated(2, 2500), 1)).unwrap();
+    let ms = advice(&[
+        "advise",
+        "timeouts",
+        "--normal",
+        normal.to_str().unwrap(),
+        "--hdr-unit",
+        "ms",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(ms[0]["endpoint"], "GET /search");
+    assert_eq!(ms[0]["normal"]["p999"], "1200ms");
+    assert_eq!(ms[0]["timeout"], "1500ms");
+    let both = advice(&[
+        "advise",
+        "timeouts",
+        "--normal",
+        normal.to_str().unwrap(),
+        "--stress",
+        stress.to_str().unwrap(),
+        "--hdr-unit",
+        "ms",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(both[0]["timeout"], "1790ms");
+    // Microseconds (the default unit): the histogram's three significant digits move the
+    // P999 by under 0.1 %, not the advice.
+    let micros = temp("normal-us.hlog");
+    std::fs::write(&micros, hdr_log(&generated(1, 1200), 1000)).unwrap();
+    let us = advice(&[
+        "advise",
+        "timeouts",
+        "--normal",
+        micros.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(us[0]["timeout"], "1500ms");
+    // Garbage in a log is named, exit 2.
+    let broken = temp("broken.hlog");
+    std::fs::write(&broken, "Tag=GET_/x,0.000,1.000,5.000,!!!\n").unwrap();
+    let o = stormguard(&["advise", "timeouts", "--normal", broken.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("broken.hlog"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 #[test]
 fn the_patch_is_read_by_diff_and_lint() {
     let csv = temp("pay.csv");

@@ -1,6 +1,7 @@
 //! `stormguard advise timeouts`: timeouts from latency data (see [`stormguard::advise`]).
 //!
-//! Latency comes from files — a CSV of latencies (`.csv`, columns `endpoint,latency_ms`) or
+//! Latency comes from files — a CSV of latencies (`.csv`, columns `endpoint,latency_ms`), an
+//! HdrHistogram interval log (`.hlog`, one tag per endpoint, values in `--hdr-unit`), or
 //! a Prometheus text exposition snapshot (any other name; the histogram `--metric`, grouped
 //! by `--label`) — or from a Prometheus server's HTTP API (`--prometheus URL`), where each
 //! percentile is `histogram_quantile(q, sum by (le, LABEL) (increase(METRIC_bucket{SELECTOR}[RANGE])))`
@@ -46,7 +47,8 @@ the P99 alarm threshold (80% of the timeout) and whether the P99 is already abov
 
 --patch writes the advice as a policy file (the --base policies with their attempt timeout
 set: per_try when they have one, else overall) that `policy diff` and `policy lint` read.
-Files: .csv = endpoint,latency_ms rows; anything else = Prometheus text exposition.
+Files: .csv = endpoint,latency_ms rows; .hlog = HdrHistogram interval log (each interval's
+Tag= is its endpoint, values in --hdr-unit); anything else = Prometheus text exposition.
 Exit status: 0, or 2 for bad input (a file or server answer that cannot be read).";
 
 /// `advise timeouts`.
@@ -82,6 +84,9 @@ pub(crate) struct TimeoutArgs {
     /// The label naming the endpoint.
     #[arg(long, default_value = "endpoint")]
     label: String,
+    /// The unit of an HdrHistogram log's values (ns, us, ms, s): the recorder's choice.
+    #[arg(long, default_value = "us", value_parser = super::hdr_log::parse_unit)]
+    hdr_unit: Duration,
     /// The policy file whose policies the patch starts from.
     #[arg(long, value_name = "FILE")]
     base: Option<PathBuf>,
@@ -179,6 +184,15 @@ pub(crate) fn run(command: AdviseCommand) -> Result<String, Failure> {
 }
 
 fn read_file(path: &Path, args: &TimeoutArgs) -> Result<BTreeMap<String, Percentiles>, Failure> {
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("hlog"))
+    {
+        let bytes =
+            std::fs::read(path).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
+        return super::hdr_log::parse(&bytes, args.hdr_unit)
+            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())));
+    }
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
     let bad =

@@ -18,6 +18,7 @@
 
 pub(crate) mod advise;
 mod diff;
+mod hdr_log;
 mod lint;
 mod sarif;
 
