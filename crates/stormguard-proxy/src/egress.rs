@@ -8,26 +8,33 @@
 //! on the wire, and marks what it gave up on `X-Retry-Exhausted: true`. When the stack has no
 //! response to hand back, the proxy's own answer says why in the caller's protocol.
 //!
+//! A request that names the proxy itself, or that passed through it before, is refused
+//! before the stack runs ([`crate::via`]): forwarded, it would come back for ever.
+//!
 //! Injected faults sit below the stack, around the transport, so that each attempt draws:
 //! a drill sees the retries, budget and breaker react exactly as to a real failure.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use stormguard::fault::FaultInjector;
 use stormguard::policy::PolicyFile;
 use stormguard_tower::body::ReplayBody;
-use stormguard_tower::client::{ClientLayerBuilder, DEFAULT_DEBOUNCE, Policies, PolicyWatcher};
+use stormguard_tower::client::{
+    CenterWatch, ClientLayerBuilder, DEFAULT_DEBOUNCE, Policies, PolicyWatcher,
+};
 use stormguard_tower::fault::FaultLayer;
 use stormguard_tower::observe::Telemetry;
-use stormguard_tower::wire::{BoxError, Protocol};
+use stormguard_tower::wire::BoxError;
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt, service_fn};
 
 use crate::ProxyError;
+use crate::answer::Caller;
 use crate::config::{EgressConfig, PolicySource};
 use crate::forward::Forward;
 use crate::server::ProxyService;
@@ -47,16 +54,20 @@ pub(crate) struct Egress {
     pub(crate) service: ProxyService,
     pub(crate) policies: Policies<Telemetry>,
     pub(crate) watcher: Option<PolicyWatcher>,
+    pub(crate) center: Option<Arc<CenterWatch>>,
     pub(crate) faults: Option<Arc<FaultInjector>>,
 }
 
 pub(crate) fn build(
     upstream: Option<Upstream>,
     config: EgressConfig,
+    listen: SocketAddr,
+    via: HeaderValue,
 ) -> Result<Egress, ProxyError> {
     let file = match &config.policy {
         PolicySource::Watched(path) => PolicyFile::load(path)?,
         PolicySource::Fixed(file) => file.clone(),
+        PolicySource::Center(center) => center.initial.clone().unwrap_or_default(),
     };
     let mut builder = ClientLayerBuilder::routes(&file);
     if let Some(seed) = config.seed {
@@ -64,16 +75,21 @@ pub(crate) fn build(
     }
     let layer = builder.build()?;
     let policies = layer.policies().clone();
-    let watcher = match &config.policy {
-        PolicySource::Watched(path) => Some(policies.watch(path, DEFAULT_DEBOUNCE)?),
-        PolicySource::Fixed(_) => None,
+    let (watcher, center) = match config.policy {
+        PolicySource::Watched(path) => (Some(policies.watch(path, DEFAULT_DEBOUNCE)?), None),
+        PolicySource::Fixed(_) => (None, None),
+        PolicySource::Center(center) => (
+            None,
+            Some(Arc::new(CenterWatch::start(&policies, center.watch)?)),
+        ),
     };
     let faults = match config.fault {
         Some(fault) => Some(Arc::new(FaultInjector::new(fault)?)),
         None => None,
     };
     // The stack hands each attempt a replayable body; the transport sends any body.
-    let forward = Forward::new(upstream)
+    let fixed = upstream.is_some();
+    let forward = Forward::new(upstream, via.clone())
         .map_request(|request: Request<ReplayBody<Incoming>>| request.map(Body::new));
     let transport: Transport = match &faults {
         Some(faults) => BoxCloneSyncService::new(
@@ -85,12 +101,17 @@ pub(crate) fn build(
     };
     let client = layer.layer(transport);
     let service = service_fn(move |request: Request<Incoming>| {
-        let client = client.clone();
+        let caller = Caller::of(request.headers());
+        let looped = crate::via::passed_here(request.headers(), &via)
+            || (!fixed && crate::via::names_self(&request, listen));
+        let call = (!looped).then(|| client.clone().oneshot(request));
         async move {
-            let protocol = Protocol::of(request.headers());
-            Ok::<_, Infallible>(match client.oneshot(request).await {
+            let Some(call) = call else {
+                return Ok::<_, Infallible>(crate::answer::looped(&caller));
+            };
+            Ok(match call.await {
                 Ok(response) => response.map(Body::new),
-                Err(error) => crate::answer::for_error(&error, protocol),
+                Err(error) => crate::answer::for_error(&error, &caller),
             })
         }
     });
@@ -98,6 +119,7 @@ pub(crate) fn build(
         service: ProxyService::new(service),
         policies,
         watcher,
+        center,
         faults,
     })
 }
