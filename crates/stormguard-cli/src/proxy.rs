@@ -9,11 +9,11 @@ use std::time::Duration;
 use clap::{Args, Subcommand, ValueEnum};
 use stormguard::fault::{Abort, FaultConfig, Latency};
 use stormguard::limit::{Aimd, Gradient2, LimiterConfig, Vegas};
-use stormguard_proxy::fault_spec::{parse_abort, parse_delay};
 use stormguard::policy::PolicyFile;
+use stormguard_proxy::fault_spec::{parse_abort, parse_delay};
 use stormguard_proxy::{
-    CenterSource, CenterWatchConfig, Direction, EgressConfig, IdempotencyConfig, IngressConfig, PolicySource, Proxy,
-    ProxyConfig, Upstream,
+    CenterSource, CenterWatchConfig, Direction, EgressConfig, IdempotencyConfig, IngressConfig,
+    PolicySource, Proxy, ProxyConfig, Upstream,
 };
 use stormguard_tower::DeadlineLayer;
 use stormguard_tower::deadline::MalformedPolicy;
@@ -322,9 +322,7 @@ fn policy_source(
         watch = watch.with_last_good(path);
     }
     let initial = file
-        .map(|path| {
-            PolicyFile::load(&path).map_err(|e| Failure::Usage(format!("--policy: {e}")))
-        })
+        .map(|path| PolicyFile::load(&path).map_err(|e| Failure::Usage(format!("--policy: {e}"))))
         .transpose()?;
     Ok(PolicySource::Center(CenterSource { watch, initial }))
 }

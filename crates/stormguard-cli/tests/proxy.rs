@@ -66,6 +66,17 @@ fn bad_settings_exit_2_and_say_what_is_wrong() {
             &["proxy", "ingress", "--upstream", "a:1", "--workers", "0"],
             "--workers",
         ),
+        (&["proxy", "egress"], "--policy"),
+        (
+            &["proxy", "egress", "--center", "http://center:7450"],
+            "--center-token",
+        ),
+        (
+            &[
+                "proxy", "egress", "--policy", "p.toml", "--admin", "nowhere",
+            ],
+            "--admin",
+        ),
     ];
     for (args, named) in cases {
         let output = stormguard(args);
@@ -163,7 +174,10 @@ fn an_egress_serves_its_admin_port() {
     ]);
     assert_ne!(proxy.listen.port(), 0, "the bound port is printed");
     let admin = proxy.admin.expect("an admin address");
-    assert!(admin.ip().is_loopback(), "a bare admin port binds loopback: {admin}");
+    assert!(
+        admin.ip().is_loopback(),
+        "a bare admin port binds loopback: {admin}"
+    );
 
     let text = get(admin, "/status");
     drop(proxy);

@@ -333,7 +333,9 @@ async fn load_connection(
 async fn connect_load(
     authority: &http::uri::Authority,
 ) -> Option<hyper::client::conn::http1::SendRequest<Full<Bytes>>> {
-    let stream = tokio::net::TcpStream::connect(authority.as_str()).await.ok()?;
+    let stream = tokio::net::TcpStream::connect(authority.as_str())
+        .await
+        .ok()?;
     let _ = stream.set_nodelay(true);
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await

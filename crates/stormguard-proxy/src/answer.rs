@@ -198,7 +198,10 @@ mod tests {
             let answer = looped(&caller(web));
             assert_eq!(answer.status(), StatusCode::OK, "trailers-only");
             assert_eq!(answer.headers()[CONTENT_TYPE], web);
-            assert_eq!(answer.headers()[wire::GRPC_STATUS], GRPC_FAILED_PRECONDITION);
+            assert_eq!(
+                answer.headers()[wire::GRPC_STATUS],
+                GRPC_FAILED_PRECONDITION
+            );
         }
         let grpc = looped(&caller("application/grpc+proto"));
         assert_eq!(grpc.headers()[CONTENT_TYPE], "application/grpc");

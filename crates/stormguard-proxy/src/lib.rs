@@ -70,8 +70,8 @@ pub use config::{
     CenterSource, Direction, EgressConfig, IdempotencyConfig, IngressConfig, PolicySource,
     ProxyConfig, StoreUrlError, open_store,
 };
-pub use stormguard_tower::client::{CenterState, CenterWatchConfig};
 pub use logging::init_json_logs;
+pub use stormguard_tower::client::{CenterState, CenterWatchConfig};
 pub use upstream::{InvalidUpstream, Upstream};
 
 use std::net::SocketAddr;

@@ -113,7 +113,10 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.append(VIA, theirs);
         assert!(!passed_here(&headers, &ours));
-        let both = format!("1.0 fred, {} , 1.1 p.example", ours.to_str().expect("ascii"));
+        let both = format!(
+            "1.0 fred, {} , 1.1 p.example",
+            ours.to_str().expect("ascii")
+        );
         headers.append(VIA, both.parse().expect("value"));
         assert!(passed_here(&headers, &ours));
     }

@@ -38,9 +38,12 @@ async fn publish(center: &str, token: &str, service: &str, base: u64, policy: &s
 async fn a_version_published_at_the_center_takes_effect_and_shows_on_the_admin_port() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("center.db").display());
-    let center = Center::new(Store::open(&url).await.expect("store"), CenterConfig::default())
-        .await
-        .expect("center");
+    let center = Center::new(
+        Store::open(&url).await.expect("store"),
+        CenterConfig::default(),
+    )
+    .await
+    .expect("center");
     let editor = center
         .create_token("alice", Role::Editor, None)
         .await
@@ -54,7 +57,10 @@ async fn a_version_published_at_the_center_takes_effect_and_shows_on_the_admin_p
         .expect("bind");
     let center_url = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(center.clone().serve(listener, std::future::pending()));
-    assert_eq!(publish(&center_url, &editor, "orders", 0, ONE_ATTEMPT).await, 201);
+    assert_eq!(
+        publish(&center_url, &editor, "orders", 0, ONE_ATTEMPT).await,
+        201
+    );
 
     let up = upstream().await;
     let watch = CenterWatchConfig::new(&center_url, "orders", "orders-proxy-1", &instance)
@@ -86,9 +92,16 @@ async fn a_version_published_at_the_center_takes_effect_and_shows_on_the_admin_p
 
     up.script.fail_first.store(1, Ordering::SeqCst);
     let once = send(proxy.local_addr(), get("/a")).await;
-    assert_eq!(once.status, StatusCode::SERVICE_UNAVAILABLE, "version 1: one attempt");
+    assert_eq!(
+        once.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "version 1: one attempt"
+    );
 
-    assert_eq!(publish(&center_url, &editor, "orders", 1, THREE_ATTEMPTS).await, 201);
+    assert_eq!(
+        publish(&center_url, &editor, "orders", 1, THREE_ATTEMPTS).await,
+        201
+    );
     applied(2).await.expect("version 2 applied");
 
     up.script.fail_first.store(1, Ordering::SeqCst);
@@ -98,5 +111,8 @@ async fn a_version_published_at_the_center_takes_effect_and_shows_on_the_admin_p
     let status = status(proxy.admin_addr().expect("admin")).await;
     assert_eq!(status["center"]["applied"], 2, "{status}");
     assert_eq!(status["center"]["connected"], true, "{status}");
-    assert_eq!(status["policy"]["endpoints"][0]["name"], "GET /*", "{status}");
+    assert_eq!(
+        status["policy"]["endpoints"][0]["name"], "GET /*",
+        "{status}"
+    );
 }

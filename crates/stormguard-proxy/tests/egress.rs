@@ -283,7 +283,11 @@ async fn a_request_that_comes_back_through_another_proxy_is_refused_by_its_via_e
     let mut request = get("/users/7");
     request.headers_mut().insert(
         "host",
-        ingress_proxy.local_addr().to_string().parse().expect("value"),
+        ingress_proxy
+            .local_addr()
+            .to_string()
+            .parse()
+            .expect("value"),
     );
 
     let answer = send(egress_proxy.local_addr(), request).await;
@@ -296,8 +300,14 @@ async fn a_request_that_comes_back_through_another_proxy_is_refused_by_its_via_e
     request
         .headers_mut()
         .insert("host", up.addr.to_string().parse().expect("value"));
-    assert_eq!(send(egress_proxy.local_addr(), request).await.status, StatusCode::OK);
-    let via = up.script.seen()[0].headers["via"].to_str().expect("ascii").to_owned();
+    assert_eq!(
+        send(egress_proxy.local_addr(), request).await.status,
+        StatusCode::OK
+    );
+    let via = up.script.seen()[0].headers["via"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
     assert!(via.starts_with("1.1 stormguard-"), "{via}");
 }
 
@@ -310,7 +320,12 @@ async fn exchange(stream: &mut tokio::net::TcpStream, path: &str, len: usize) ->
     let mut buf = [0u8; 1024];
     loop {
         let n = stream.read(&mut buf).await.expect("read");
-        assert_ne!(n, 0, "closed before the answer: {:?}", String::from_utf8_lossy(&text));
+        assert_ne!(
+            n,
+            0,
+            "closed before the answer: {:?}",
+            String::from_utf8_lossy(&text)
+        );
         text.extend_from_slice(&buf[..n]);
         let whole = String::from_utf8_lossy(&text).into_owned();
         if let Some((_, body)) = whole.split_once("\r\n\r\n") {
@@ -343,7 +358,10 @@ async fn dropping_the_proxy_ends_its_open_connections() {
 
     drop(proxy);
 
-    assert!(closed(&mut stream).await, "the idle keep-alive connection was left open");
+    assert!(
+        closed(&mut stream).await,
+        "the idle keep-alive connection was left open"
+    );
 }
 
 #[tokio::test]

@@ -188,16 +188,18 @@ async fn under_overload_the_ingress_sheds_with_retry_after_before_the_service() 
         .parse()
         .expect("whole seconds");
     assert!(retry_after >= 1);
-    assert_eq!(up.script.count(), 1, "the shed request never reached the service");
+    assert_eq!(
+        up.script.count(),
+        1,
+        "the shed request never reached the service"
+    );
     let stats = limit.stats();
     assert_eq!((stats.admitted, stats.shed()), (1, 1), "{stats:?}");
 
     // gRPC callers get RESOURCE_EXHAUSTED with a pushback instead.
     let mut grpc = get("/svc.Api/Call");
-    grpc.headers_mut().insert(
-        "content-type",
-        "application/grpc".parse().expect("value"),
-    );
+    grpc.headers_mut()
+        .insert("content-type", "application/grpc".parse().expect("value"));
     let shed = send(addr, grpc).await;
     assert_eq!(shed.status, StatusCode::OK, "trailers-only");
     assert_eq!(shed.header("grpc-status"), Some("8"));
