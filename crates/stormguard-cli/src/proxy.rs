@@ -324,7 +324,10 @@ fn policy_source(
     let initial = file
         .map(|path| PolicyFile::load(&path).map_err(|e| Failure::Usage(format!("--policy: {e}"))))
         .transpose()?;
-    Ok(PolicySource::Center(CenterSource { watch, initial }))
+    Ok(PolicySource::Center(Box::new(CenterSource {
+        watch,
+        initial,
+    })))
 }
 
 /// `HOSTNAME-PID`: distinct per process, recognisable per host.

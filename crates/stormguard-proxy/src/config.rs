@@ -70,7 +70,7 @@ pub enum PolicySource {
     /// version it publishes for the service goes through the same
     /// [`Policies::swap`](stormguard_tower::client::Policies::swap) as a file reload, and is
     /// ACKed (or NACKed with the reason) to the center.
-    Center(CenterSource),
+    Center(Box<CenterSource>),
 }
 
 /// A policy center to follow, and the policies to use until its first version (or the

@@ -73,10 +73,10 @@ async fn a_version_published_at_the_center_takes_effect_and_shows_on_the_admin_p
         .with_seed(1);
     let proxy = egress_with(
         Some(up.addr),
-        PolicySource::Center(CenterSource {
+        PolicySource::Center(Box::new(CenterSource {
             watch,
             initial: None,
-        }),
+        })),
         None,
         Some("127.0.0.1:0".parse().expect("addr")),
     )
