@@ -9,7 +9,9 @@
 //! response to hand back, the proxy's own answer says why in the caller's protocol.
 //!
 //! A request that names the proxy itself, or that passed through it before, is refused
-//! before the stack runs ([`crate::via`]): forwarded, it would come back for ever.
+//! before the stack runs, with `508 Loop Detected`: forwarded, it would come back for ever.
+//! The check is the proxy's own listen address, and a `Via` entry naming this proxy
+//! instance that every forwarded request carries (RFC 9110 §7.6.3).
 //!
 //! Injected faults sit below the stack, around the transport, so that each attempt draws:
 //! a drill sees the retries, budget and breaker react exactly as to a real failure.
