@@ -17,8 +17,11 @@
 //! a drill sees the retries, budget and breaker react exactly as to a real failure.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use axum::body::Body;
 use http::{HeaderValue, Request, Response};
@@ -29,11 +32,11 @@ use stormguard_tower::body::ReplayBody;
 use stormguard_tower::client::{
     CenterWatch, ClientLayerBuilder, DEFAULT_DEBOUNCE, Policies, PolicyWatcher,
 };
-use stormguard_tower::fault::FaultLayer;
+use stormguard_tower::fault::Fault;
 use stormguard_tower::observe::Telemetry;
 use stormguard_tower::wire::BoxError;
-use tower::util::BoxCloneSyncService;
-use tower::{Layer, ServiceExt, service_fn};
+use tower::util::Either;
+use tower::{Layer, Service, ServiceExt, service_fn};
 
 use crate::ProxyError;
 use crate::answer::Caller;
@@ -42,7 +45,27 @@ use crate::forward::Forward;
 use crate::server::ProxyService;
 use crate::upstream::Upstream;
 
-type Transport = BoxCloneSyncService<Request<ReplayBody<Incoming>>, Response<Body>, TransportError>;
+/// The transport under the stack: the forwarder, with the fault injector in front of it
+/// when faults are configured. Not a boxed service: the stack clones it for every call and
+/// attempt, and a clone of this is one or two reference counts.
+#[derive(Clone)]
+struct Transport(Either<Forward, Fault<Forward>>);
+
+impl Service<Request<ReplayBody<Incoming>>> for Transport {
+    type Response = Response<Body>;
+    type Error = TransportError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, TransportError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TransportError>> {
+        Service::<Request<ReplayBody<Incoming>>>::poll_ready(&mut self.0, cx)
+            .map_err(TransportError)
+    }
+
+    fn call(&mut self, request: Request<ReplayBody<Incoming>>) -> Self::Future {
+        let call = self.0.call(request);
+        Box::pin(async move { call.await.map_err(TransportError) })
+    }
+}
 
 /// The transport's error, as a type of its own (a boxed error as a service error trips the
 /// compiler's `Send` proof of the stack's future); its source is the real error, which the
@@ -91,16 +114,12 @@ pub(crate) fn build(
     };
     // The stack hands each attempt a replayable body; the transport sends any body.
     let fixed = upstream.is_some();
-    let forward = Forward::new(upstream, via.clone())
-        .map_request(|request: Request<ReplayBody<Incoming>>| request.map(Body::new));
-    let transport: Transport = match &faults {
-        Some(faults) => BoxCloneSyncService::new(
-            FaultLayer::new(Arc::clone(faults))
-                .layer(forward)
-                .map_err(TransportError),
-        ),
-        None => BoxCloneSyncService::new(forward.map_err(TransportError)),
+    let forward = Forward::new(upstream, via.clone());
+    let either = match &faults {
+        Some(faults) => Either::Right(Fault::new(forward, Arc::clone(faults))),
+        None => Either::Left(forward),
     };
+    let transport = Transport(either);
     let client = layer.layer(transport);
     let service = service_fn(move |request: Request<Incoming>| {
         let caller = Caller::of(request.headers());

@@ -104,7 +104,11 @@ impl Forward {
     }
 }
 
-impl Service<Request<Body>> for Forward {
+impl<B> Service<Request<B>> for Forward
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<ForwardError>,
+{
     type Response = Response<Body>;
     type Error = ForwardError;
     type Future = std::pin::Pin<
@@ -115,8 +119,8 @@ impl Service<Request<Body>> for Forward {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let prepared = self.prepare(request);
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let prepared = self.prepare(request.map(Body::new));
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
             let (request, h2) = prepared?;
