@@ -9,10 +9,11 @@ use std::time::Duration;
 use clap::{Args, Subcommand, ValueEnum};
 use stormguard::fault::{Abort, FaultConfig, Latency};
 use stormguard::limit::{Aimd, Gradient2, LimiterConfig, Vegas};
+use stormguard::policy::PolicyFile;
 use stormguard_proxy::fault_spec::{parse_abort, parse_delay};
 use stormguard_proxy::{
-    Direction, EgressConfig, IdempotencyConfig, IngressConfig, PolicySource, Proxy, ProxyConfig,
-    Upstream,
+    CenterSource, CenterWatchConfig, Direction, EgressConfig, IdempotencyConfig, IngressConfig,
+    PolicySource, Proxy, ProxyConfig, Upstream,
 };
 use stormguard_tower::DeadlineLayer;
 use stormguard_tower::deadline::MalformedPolicy;
@@ -39,15 +40,21 @@ pub(crate) struct Common {
     /// Address to serve on (HTTP/1.1 and h2c on one port).
     #[arg(long, default_value = "127.0.0.1:15001")]
     listen: SocketAddr,
-    /// Admin address: GET /metrics (Prometheus), GET /status (policy version, breakers).
-    #[arg(long)]
+    /// Admin port, `PORT` (on 127.0.0.1) or `ADDR:PORT`: GET /metrics (Prometheus), GET
+    /// /status (policy version, breakers), POST /faults/on|off. It binds loopback unless an
+    /// address is given: the fault switch must not be reachable by the traffic proxied.
+    #[arg(long, value_parser = admin_addr)]
     admin: Option<SocketAddr>,
     /// Log filter for the JSON log lines on stderr (RUST_LOG syntax).
     #[arg(long, default_value = "info")]
     log: String,
-    /// Runtime worker threads (default: one per core).
+    /// Runtime worker threads (default: one per core). 1 runs the proxy on one thread
+    /// (tokio's current-thread runtime: no work stealing, the cheapest per request).
     #[arg(long)]
     workers: Option<usize>,
+    /// On SIGTERM or Ctrl-C, let open connections finish for at most this long.
+    #[arg(long, value_parser = parse::duration, default_value = "5s")]
+    drain: Duration,
 }
 
 /// `proxy egress`.
@@ -55,9 +62,25 @@ pub(crate) struct Common {
 pub(crate) struct EgressArgs {
     #[command(flatten)]
     common: Common,
-    /// The policy file (TOML or JSON): routes by method, host and path prefix; watched.
+    /// The policy file (TOML or JSON): routes by method, host and path prefix; watched. With
+    /// --center, the policies in use until the center's (or the last-good copy's) arrive.
+    #[arg(long, required_unless_present = "center")]
+    policy: Option<PathBuf>,
+    /// Follow this policy center (http://center:7450) instead of watching the file.
+    #[arg(long, requires_all = ["center_token", "service"])]
+    center: Option<String>,
+    /// The center's instance token for --service.
+    #[arg(long, env = "STORMGUARD_CENTER_TOKEN", hide_env_values = true)]
+    center_token: Option<String>,
+    /// The service whose policies to follow at the center.
     #[arg(long)]
-    policy: PathBuf,
+    service: Option<String>,
+    /// This instance's name at the center (default: HOSTNAME-PID).
+    #[arg(long, requires = "center")]
+    instance: Option<String>,
+    /// Keep the last applied center version in this file, and start from it.
+    #[arg(long, requires = "center")]
+    last_good: Option<PathBuf>,
     /// Send every request here (host:port) instead of to the host it names.
     #[arg(long)]
     upstream: Option<String>,
@@ -114,6 +137,15 @@ fn delay(s: &str) -> Result<(f64, Latency), String> {
     parse_delay(s).map_err(|e| e.to_string())
 }
 
+/// `PORT` (loopback) or `ADDR:PORT`.
+fn admin_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse()
+        .map_err(|_| format!("{s:?} is not PORT or ADDR:PORT"))
+}
+
 fn upstream(s: &str) -> Result<Upstream, Failure> {
     s.parse()
         .map_err(|e: stormguard_proxy::InvalidUpstream| Failure::Usage(format!("--upstream: {e}")))
@@ -131,27 +163,64 @@ pub(crate) fn run(command: ProxyCommand) -> Result<String, Failure> {
             common.log
         )));
     }
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(workers) = common.workers {
-        if workers == 0 {
-            return Err(Failure::Usage("--workers must be at least 1".to_owned()));
+    let drain = common.drain;
+    let mut runtime = match common.workers {
+        Some(0) => return Err(Failure::Usage("--workers must be at least 1".to_owned())),
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(workers) => {
+            let mut runtime = tokio::runtime::Builder::new_multi_thread();
+            runtime.worker_threads(workers);
+            runtime
         }
-        runtime.worker_threads(workers);
-    }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     let runtime = runtime
         .enable_all()
         .build()
         .map_err(|e| Failure::Failed(format!("cannot start the runtime: {e}")))?;
     runtime.block_on(async move {
         let config = config(command).await?;
-        let proxy = Proxy::start(config)
+        let mut proxy = Proxy::start(config)
             .await
             .map_err(|e| Failure::Usage(e.to_string()))?;
+        announce(&proxy)?;
         tokio::select! {
-            () = proxy.wait() => Err(Failure::Failed("the proxy stopped".to_owned())),
-            _ = tokio::signal::ctrl_c() => Ok(String::new()),
+            () = proxy.wait() => return Err(Failure::Failed("the proxy stopped".to_owned())),
+            () = stop_signal() => {}
         }
+        proxy.shutdown(drain).await;
+        Ok(String::new())
     })
+}
+
+/// Ctrl-C, or SIGTERM (what a container runtime sends before it kills).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Prints the bound addresses as the first line of stdout, `{"listen":"…","admin":"…"}`:
+/// what a supervisor or a test that asked for port 0 reads.
+fn announce(proxy: &Proxy) -> Result<(), Failure> {
+    use std::io::Write as _;
+    let line = serde_json::json!({
+        "listen": proxy.local_addr().to_string(),
+        "admin": proxy.admin_addr().map(|a| a.to_string()),
+    });
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure::Io(format!("stdout: {e}")))
 }
 
 async fn config(command: ProxyCommand) -> Result<ProxyConfig, Failure> {
@@ -175,7 +244,14 @@ async fn config(command: ProxyCommand) -> Result<ProxyConfig, Failure> {
                 admin: a.common.admin,
                 upstream: a.upstream.as_deref().map(upstream).transpose()?,
                 direction: Direction::Egress(EgressConfig {
-                    policy: PolicySource::Watched(a.policy),
+                    policy: policy_source(
+                        a.policy,
+                        a.center,
+                        a.center_token,
+                        a.service,
+                        a.instance,
+                        a.last_good,
+                    )?,
                     fault,
                     seed: None,
                 }),
@@ -218,6 +294,51 @@ async fn config(command: ProxyCommand) -> Result<ProxyConfig, Failure> {
             })
         }
     }
+}
+
+/// The file to watch, or the center to follow (clap has checked that the center comes with
+/// its token and service, and that a file is given without a center).
+fn policy_source(
+    file: Option<PathBuf>,
+    center: Option<String>,
+    token: Option<String>,
+    service: Option<String>,
+    instance: Option<String>,
+    last_good: Option<PathBuf>,
+) -> Result<PolicySource, Failure> {
+    let Some(url) = center else {
+        return file
+            .map(PolicySource::Watched)
+            .ok_or_else(|| Failure::Usage("--policy or --center is required".to_owned()));
+    };
+    let (Some(token), Some(service)) = (token, service) else {
+        return Err(Failure::Usage(
+            "--center needs --center-token and --service".to_owned(),
+        ));
+    };
+    let instance = instance.unwrap_or_else(default_instance);
+    let mut watch = CenterWatchConfig::new(&url, &service, &instance, &token);
+    if let Some(path) = last_good {
+        watch = watch.with_last_good(path);
+    }
+    let initial = file
+        .map(|path| PolicyFile::load(&path).map_err(|e| Failure::Usage(format!("--policy: {e}"))))
+        .transpose()?;
+    Ok(PolicySource::Center(Box::new(CenterSource {
+        watch,
+        initial,
+    })))
+}
+
+/// `HOSTNAME-PID`: distinct per process, recognisable per host.
+fn default_instance() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "proxy".to_owned());
+    format!("{host}-{}", std::process::id())
 }
 
 /// A seed for the fault draws that differs between runs.

@@ -1,8 +1,8 @@
 //! `stormguard proxy` as a user runs it: bad settings exit 2 naming what is wrong; a good
 //! egress serves its admin port until killed.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, Read, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -66,6 +66,17 @@ fn bad_settings_exit_2_and_say_what_is_wrong() {
             &["proxy", "ingress", "--upstream", "a:1", "--workers", "0"],
             "--workers",
         ),
+        (&["proxy", "egress"], "--policy"),
+        (
+            &["proxy", "egress", "--center", "http://center:7450"],
+            "--center-token",
+        ),
+        (
+            &[
+                "proxy", "egress", "--policy", "p.toml", "--admin", "nowhere",
+            ],
+            "--admin",
+        ),
     ];
     for (args, named) in cases {
         let output = stormguard(args);
@@ -78,11 +89,65 @@ fn bad_settings_exit_2_and_say_what_is_wrong() {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+/// The addresses a proxy prints on its first line of stdout: `{"listen": …, "admin": …}`.
+struct Started {
+    child: std::process::Child,
+    listen: std::net::SocketAddr,
+    admin: Option<std::net::SocketAddr>,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `stormguard` with `args` and reads the addresses it bound from its first line of
+/// stdout (a proxy asked for port 0 gets its ports from the kernel: no race for a free port,
+/// no polling). A child that exits first, or says nothing for 60 s, fails the test.
+fn start(args: &[&std::ffi::OsStr]) -> Started {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the proxy prints its addresses");
+    let started: serde_json::Value = match serde_json::from_str(&line) {
+        Ok(value) => value,
+        Err(e) => {
+            let _ = child.kill();
+            panic!("the first line is not the addresses ({e}): {line:?}");
+        }
+    };
+    let addr = |key: &str| {
+        started[key]
+            .as_str()
+            .map(|a| a.parse().expect("an address"))
+    };
+    Started {
+        listen: addr("listen").expect("the listen address"),
+        admin: addr("admin"),
+        child,
+    }
+}
+
+fn get(addr: std::net::SocketAddr, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("write");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read");
+    text
 }
 
 #[test]
@@ -95,30 +160,29 @@ fn an_egress_serves_its_admin_port() {
         "[endpoints.\"GET /*\"]\nretry = { max_attempts = 2 }\n",
     )
     .expect("write");
-    let (listen, admin) = (free_port(), free_port());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stormguard"))
-        .args(["proxy", "egress", "--policy"])
-        .arg(&policy)
-        .args(["--listen", &format!("127.0.0.1:{listen}")])
-        .args(["--admin", &format!("127.0.0.1:{admin}"), "--log", "warn"])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
-    let mut stream = None;
-    for _ in 0..3000 {
-        if let Ok(s) = TcpStream::connect(("127.0.0.1", admin)) {
-            stream = Some(s);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let mut stream = stream.expect("the admin port listens");
-    write!(stream, "GET /status HTTP/1.0\r\nHost: admin\r\n\r\n").expect("write");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("read");
-    let _ = child.kill();
-    let _ = child.wait();
+    let proxy = start(&[
+        "proxy".as_ref(),
+        "egress".as_ref(),
+        "--policy".as_ref(),
+        policy.as_os_str(),
+        "--listen".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--admin".as_ref(),
+        "0".as_ref(),
+        "--log".as_ref(),
+        "warn".as_ref(),
+    ]);
+    assert_ne!(proxy.listen.port(), 0, "the bound port is printed");
+    let admin = proxy.admin.expect("an admin address");
+    assert!(
+        admin.ip().is_loopback(),
+        "a bare admin port binds loopback: {admin}"
+    );
+
+    let text = get(admin, "/status");
+    drop(proxy);
     let _ = std::fs::remove_dir_all(&dir);
+
     assert!(text.starts_with("HTTP/1.0 200"), "{text}");
     assert!(text.contains("\"direction\":\"egress\""), "{text}");
     assert!(text.contains("GET /*"), "{text}");

@@ -3,11 +3,12 @@
 //! | path | answer |
 //! | --- | --- |
 //! | `GET /metrics` | the library's metrics (attempts, retries, refusals, breaker transitions, budget, policy version and reload errors, limit) in Prometheus text |
-//! | `GET /status` | JSON: the direction, the policy version and how the last reloads went, each endpoint's breaker state, the adaptive limit, the fault injector |
+//! | `GET /status` | JSON: the direction, the policy version and how the last reloads went, each endpoint's breaker state, the policy center's version applied and connection, the adaptive limit, the fault injector |
 //! | `POST /faults/on`, `POST /faults/off` | switch the egress fault injector, for a chaos drill |
 //!
 //! The admin port is separate from the proxied port so that it can be bound to a private
-//! address and never reached by the traffic the proxy serves.
+//! address and never reached by the traffic the proxy serves: it can switch faults on. The
+//! CLI binds it to loopback unless told an address (`--admin 15000` is `127.0.0.1:15000`).
 
 use std::sync::{Arc, OnceLock};
 
@@ -20,7 +21,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
 use stormguard::breaker::BreakerState;
 use stormguard::fault::FaultInjector;
-use stormguard_tower::client::Policies;
+use stormguard_tower::client::{CenterWatch, Policies};
 use stormguard_tower::limit::AdaptiveLimitLayer;
 use stormguard_tower::observe::Telemetry;
 use tokio::net::TcpListener;
@@ -29,6 +30,7 @@ use tokio::net::TcpListener;
 pub(crate) struct AdminState {
     pub(crate) direction: &'static str,
     pub(crate) policies: Option<Policies<Telemetry>>,
+    pub(crate) center: Option<Arc<CenterWatch>>,
     pub(crate) limit: Option<AdaptiveLimitLayer>,
     pub(crate) faults: Option<Arc<FaultInjector>>,
 }
@@ -90,6 +92,16 @@ pub(crate) fn status_json(state: &AdminState) -> Value {
             "endpoints": endpoints,
         })
     });
+    let center = state.center.as_ref().map(|center| {
+        let watch = center.state();
+        json!({
+            "applied": watch.applied,
+            "connected": watch.connected,
+            "connections": watch.connections,
+            "refused": watch.refused,
+            "last_error": watch.last_error,
+        })
+    });
     let limit = state.limit.as_ref().map(|limit| {
         json!({
             "limit": limit.limiter().limit(),
@@ -107,6 +119,7 @@ pub(crate) fn status_json(state: &AdminState) -> Value {
     json!({
         "direction": state.direction,
         "policy": policy,
+        "center": center,
         "limit": limit,
         "faults": faults,
     })

@@ -7,6 +7,12 @@
 //! | deadline too close to send, or an attempt timed out | 504 | `DEADLINE_EXCEEDED` |
 //! | transport failure (refused connection, reset) | 502 | `UNAVAILABLE` |
 //! | the request body could not be read | 400 | `INVALID_ARGUMENT` |
+//! | the request came back to this proxy ([`crate::via`]) | 508 | `FAILED_PRECONDITION` |
+//!
+//! A gRPC answer is trailers-only: HTTP 200 with the status in the headers. A gRPC-Web
+//! caller gets it with its own content type (`application/grpc-web+proto`,
+//! `application/grpc-web-text`, …): gRPC-Web allows the status in the headers, but an
+//! `application/grpc` answer is not a gRPC-Web response and its clients reject it.
 //!
 //! Each carries `X-Retry-Exhausted: true` when the client stack says nobody upstream should
 //! retry it ([`Error::is_exhausted`](stormguard_tower::client::Error::is_exhausted)), and
@@ -23,8 +29,40 @@ use stormguard_tower::wire::{self, Protocol};
 /// `transport`, `no-upstream` or `request-body`).
 pub const REASON_HEADER: &str = "x-stormguard-proxy";
 
+/// How a caller is answered: its protocol, and a gRPC-Web caller's own content type.
+#[derive(Clone, Debug)]
+pub(crate) struct Caller {
+    protocol: Protocol,
+    grpc_web_type: Option<HeaderValue>,
+}
+
+impl Caller {
+    /// The caller of a request with these headers.
+    pub(crate) fn of(headers: &HeaderMap) -> Caller {
+        let protocol = Protocol::of(headers);
+        let grpc_web_type = (protocol == Protocol::GrpcWeb)
+            .then(|| headers.get(CONTENT_TYPE).cloned())
+            .flatten();
+        Caller {
+            protocol,
+            grpc_web_type,
+        }
+    }
+}
+
+/// The answer to a request that came back to this proxy.
+pub(crate) fn looped(caller: &Caller) -> Response<Body> {
+    answer(
+        StatusCode::LOOP_DETECTED,
+        GRPC_FAILED_PRECONDITION,
+        "loop",
+        "this request names the proxy itself, or passed through it before (Via)",
+        caller,
+    )
+}
+
 /// The answer to a call the client stack could not complete.
-pub(crate) fn for_error(error: &Error, protocol: Protocol) -> Response<Body> {
+pub(crate) fn for_error(error: &Error, caller: &Caller) -> Response<Body> {
     let (status, grpc, reason) = match error {
         Error::Refused { source, .. } => {
             let stop = source.stop_reason();
@@ -61,7 +99,7 @@ pub(crate) fn for_error(error: &Error, protocol: Protocol) -> Response<Body> {
             "request-body",
         ),
     };
-    let mut response = answer(status, grpc, reason, &error.to_string(), protocol);
+    let mut response = answer(status, grpc, reason, &error.to_string(), caller);
     if error.is_exhausted() {
         wire::mark_exhausted(response.headers_mut());
     }
@@ -72,7 +110,7 @@ pub(crate) fn for_error(error: &Error, protocol: Protocol) -> Response<Body> {
 /// nothing retries).
 pub(crate) fn for_transport(
     error: &crate::forward::ForwardError,
-    protocol: Protocol,
+    caller: &Caller,
 ) -> Response<Body> {
     if names_no_upstream(error.as_ref()) {
         return answer(
@@ -80,7 +118,7 @@ pub(crate) fn for_transport(
             GRPC_INVALID_ARGUMENT,
             "no-upstream",
             &error.to_string(),
-            protocol,
+            caller,
         );
     }
     answer(
@@ -88,7 +126,7 @@ pub(crate) fn for_transport(
         GRPC_UNAVAILABLE,
         "transport",
         &error.to_string(),
-        protocol,
+        caller,
     )
 }
 
@@ -106,6 +144,7 @@ fn names_no_upstream(error: &(dyn std::error::Error + 'static)) -> bool {
 
 const GRPC_INVALID_ARGUMENT: &str = "3";
 const GRPC_DEADLINE_EXCEEDED: &str = "4";
+const GRPC_FAILED_PRECONDITION: &str = "9";
 const GRPC_UNAVAILABLE: &str = "14";
 
 fn answer(
@@ -113,12 +152,16 @@ fn answer(
     grpc_status: &'static str,
     reason: &'static str,
     message: &str,
-    protocol: Protocol,
+    caller: &Caller,
 ) -> Response<Body> {
     let mut headers = HeaderMap::new();
     headers.insert(REASON_HEADER, HeaderValue::from_static(reason));
-    let (status, body) = if protocol.is_grpc() {
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    let (status, body) = if caller.protocol.is_grpc() {
+        let content_type = match &caller.grpc_web_type {
+            Some(web) => web.clone(),
+            None => HeaderValue::from_static("application/grpc"),
+        };
+        headers.insert(CONTENT_TYPE, content_type);
         headers.insert(wire::GRPC_STATUS, HeaderValue::from_static(grpc_status));
         // grpc-message is percent-encoded; the proxy's messages are plain ASCII words.
         let plain: String = message
@@ -137,4 +180,32 @@ fn answer(
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(content_type: &str) -> Caller {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, content_type.parse().expect("value"));
+        Caller::of(&headers)
+    }
+
+    #[test]
+    fn grpc_web_callers_get_their_own_content_type() {
+        for web in ["application/grpc-web+proto", "application/grpc-web-text"] {
+            let answer = looped(&caller(web));
+            assert_eq!(answer.status(), StatusCode::OK, "trailers-only");
+            assert_eq!(answer.headers()[CONTENT_TYPE], web);
+            assert_eq!(
+                answer.headers()[wire::GRPC_STATUS],
+                GRPC_FAILED_PRECONDITION
+            );
+        }
+        let grpc = looped(&caller("application/grpc+proto"));
+        assert_eq!(grpc.headers()[CONTENT_TYPE], "application/grpc");
+        let http = looped(&caller("application/json"));
+        assert_eq!(http.status(), StatusCode::LOOP_DETECTED);
+    }
 }

@@ -14,6 +14,7 @@ use stormguard::limit::LimiterConfig;
 use stormguard::policy::PolicyFile;
 use stormguard_idempotency::Store;
 use stormguard_tower::DeadlineLayer;
+use stormguard_tower::client::CenterWatchConfig;
 
 use crate::upstream::Upstream;
 
@@ -23,7 +24,8 @@ use crate::upstream::Upstream;
 pub struct ProxyConfig {
     /// The address the proxy serves on (HTTP/1.1 and HTTP/2 cleartext on the same port).
     pub listen: SocketAddr,
-    /// The admin address (`/metrics`, `/status`), if any.
+    /// The admin address (`/metrics`, `/status`, the fault switch), if any. Give it a
+    /// loopback or private address: the traffic proxied must not reach it.
     pub admin: Option<SocketAddr>,
     /// Where requests go: required for an ingress; for an egress, `None` forwards each
     /// request to the host it names (see [`Upstream`]).
@@ -64,6 +66,22 @@ pub enum PolicySource {
     /// Policies given in code (swap them through
     /// [`Proxy::policies`](crate::Proxy::policies)).
     Fixed(PolicyFile),
+    /// Follow a policy center ([`CenterWatch`](stormguard_tower::client::CenterWatch)): each
+    /// version it publishes for the service goes through the same
+    /// [`Policies::swap`](stormguard_tower::client::Policies::swap) as a file reload, and is
+    /// ACKed (or NACKed with the reason) to the center.
+    Center(Box<CenterSource>),
+}
+
+/// A policy center to follow, and the policies to use until its first version (or the
+/// last-good copy) arrives.
+#[derive(Clone, Debug)]
+pub struct CenterSource {
+    /// The center, the service, this instance, its token and last-good file.
+    pub watch: CenterWatchConfig,
+    /// The policies in use before the center answers when there is no last-good copy;
+    /// `None`: no endpoints (every request gets one attempt).
+    pub initial: Option<PolicyFile>,
 }
 
 /// The options of an ingress proxy.

@@ -8,32 +8,64 @@
 //! on the wire, and marks what it gave up on `X-Retry-Exhausted: true`. When the stack has no
 //! response to hand back, the proxy's own answer says why in the caller's protocol.
 //!
+//! A request that names the proxy itself, or that passed through it before, is refused
+//! before the stack runs, with `508 Loop Detected`: forwarded, it would come back for ever.
+//! The check is the proxy's own listen address, and a `Via` entry naming this proxy
+//! instance that every forwarded request carries (RFC 9110 §7.6.3).
+//!
 //! Injected faults sit below the stack, around the transport, so that each attempt draws:
 //! a drill sees the retries, budget and breaker react exactly as to a real failure.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use axum::body::Body;
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use stormguard::fault::FaultInjector;
 use stormguard::policy::PolicyFile;
 use stormguard_tower::body::ReplayBody;
-use stormguard_tower::client::{ClientLayerBuilder, DEFAULT_DEBOUNCE, Policies, PolicyWatcher};
-use stormguard_tower::fault::FaultLayer;
+use stormguard_tower::client::{
+    CenterWatch, ClientLayerBuilder, DEFAULT_DEBOUNCE, Policies, PolicyWatcher,
+};
+use stormguard_tower::fault::Fault;
 use stormguard_tower::observe::Telemetry;
-use stormguard_tower::wire::{BoxError, Protocol};
-use tower::util::BoxCloneSyncService;
-use tower::{Layer, ServiceExt, service_fn};
+use stormguard_tower::wire::BoxError;
+use tower::util::Either;
+use tower::{Layer, Service, ServiceExt, service_fn};
 
 use crate::ProxyError;
+use crate::answer::Caller;
 use crate::config::{EgressConfig, PolicySource};
 use crate::forward::Forward;
 use crate::server::ProxyService;
 use crate::upstream::Upstream;
 
-type Transport = BoxCloneSyncService<Request<ReplayBody<Incoming>>, Response<Body>, TransportError>;
+/// The transport under the stack: the forwarder, with the fault injector in front of it
+/// when faults are configured. Not a boxed service: the stack clones it for every call and
+/// attempt, and a clone of this is one or two reference counts.
+#[derive(Clone)]
+struct Transport(Either<Forward, Fault<Forward>>);
+
+impl Service<Request<ReplayBody<Incoming>>> for Transport {
+    type Response = Response<Body>;
+    type Error = TransportError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, TransportError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TransportError>> {
+        Service::<Request<ReplayBody<Incoming>>>::poll_ready(&mut self.0, cx)
+            .map_err(TransportError)
+    }
+
+    fn call(&mut self, request: Request<ReplayBody<Incoming>>) -> Self::Future {
+        let call = self.0.call(request);
+        Box::pin(async move { call.await.map_err(TransportError) })
+    }
+}
 
 /// The transport's error, as a type of its own (a boxed error as a service error trips the
 /// compiler's `Send` proof of the stack's future); its source is the real error, which the
@@ -47,16 +79,20 @@ pub(crate) struct Egress {
     pub(crate) service: ProxyService,
     pub(crate) policies: Policies<Telemetry>,
     pub(crate) watcher: Option<PolicyWatcher>,
+    pub(crate) center: Option<Arc<CenterWatch>>,
     pub(crate) faults: Option<Arc<FaultInjector>>,
 }
 
 pub(crate) fn build(
     upstream: Option<Upstream>,
     config: EgressConfig,
+    listen: SocketAddr,
+    via: HeaderValue,
 ) -> Result<Egress, ProxyError> {
     let file = match &config.policy {
         PolicySource::Watched(path) => PolicyFile::load(path)?,
         PolicySource::Fixed(file) => file.clone(),
+        PolicySource::Center(center) => center.initial.clone().unwrap_or_default(),
     };
     let mut builder = ClientLayerBuilder::routes(&file);
     if let Some(seed) = config.seed {
@@ -64,33 +100,39 @@ pub(crate) fn build(
     }
     let layer = builder.build()?;
     let policies = layer.policies().clone();
-    let watcher = match &config.policy {
-        PolicySource::Watched(path) => Some(policies.watch(path, DEFAULT_DEBOUNCE)?),
-        PolicySource::Fixed(_) => None,
+    let (watcher, center) = match config.policy {
+        PolicySource::Watched(path) => (Some(policies.watch(path, DEFAULT_DEBOUNCE)?), None),
+        PolicySource::Fixed(_) => (None, None),
+        PolicySource::Center(center) => (
+            None,
+            Some(Arc::new(CenterWatch::start(&policies, center.watch)?)),
+        ),
     };
     let faults = match config.fault {
         Some(fault) => Some(Arc::new(FaultInjector::new(fault)?)),
         None => None,
     };
     // The stack hands each attempt a replayable body; the transport sends any body.
-    let forward = Forward::new(upstream)
-        .map_request(|request: Request<ReplayBody<Incoming>>| request.map(Body::new));
-    let transport: Transport = match &faults {
-        Some(faults) => BoxCloneSyncService::new(
-            FaultLayer::new(Arc::clone(faults))
-                .layer(forward)
-                .map_err(TransportError),
-        ),
-        None => BoxCloneSyncService::new(forward.map_err(TransportError)),
+    let fixed = upstream.is_some();
+    let forward = Forward::new(upstream, via.clone());
+    let either = match &faults {
+        Some(faults) => Either::Right(Fault::new(forward, Arc::clone(faults))),
+        None => Either::Left(forward),
     };
+    let transport = Transport(either);
     let client = layer.layer(transport);
     let service = service_fn(move |request: Request<Incoming>| {
-        let client = client.clone();
+        let caller = Caller::of(request.headers());
+        let looped = crate::via::passed_here(request.headers(), &via)
+            || (!fixed && crate::via::names_self(&request, listen));
+        let call = (!looped).then(|| client.clone().oneshot(request));
         async move {
-            let protocol = Protocol::of(request.headers());
-            Ok::<_, Infallible>(match client.oneshot(request).await {
+            let Some(call) = call else {
+                return Ok::<_, Infallible>(crate::answer::looped(&caller));
+            };
+            Ok(match call.await {
                 Ok(response) => response.map(Body::new),
-                Err(error) => crate::answer::for_error(&error, protocol),
+                Err(error) => crate::answer::for_error(&error, &caller),
             })
         }
     });
@@ -98,6 +140,7 @@ pub(crate) fn build(
         service: ProxyService::new(service),
         policies,
         watcher,
+        center,
         faults,
     })
 }

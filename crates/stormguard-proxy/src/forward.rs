@@ -13,12 +13,15 @@
 //! Only what a proxy must: the URI (the upstream's authority, the caller's path and query),
 //! and the hop-by-hop headers of RFC 9110 §7.6.1 are dropped (`connection` and the headers it
 //! names, `keep-alive`, `proxy-connection`, `transfer-encoding`, `upgrade`, and `te` except
-//! `te: trailers`, which gRPC needs). The `Host` header is kept as the caller wrote it.
+//! `te: trailers`, which gRPC needs). The `Host` header is kept as the caller wrote it. A
+//! `Via` entry naming this proxy is appended (RFC 9110 §7.6.3), which is how a request that
+//! comes back to the proxy that sent it is recognised (see [`crate::via`]).
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use http::header::{CONNECTION, HeaderName, TE, TRANSFER_ENCODING, UPGRADE};
+use http::header::{CONNECTION, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE, VIA};
 use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use hyper_util::client::legacy::Client;
@@ -32,12 +35,19 @@ use crate::upstream::{Upstream, named_authority};
 /// socket's errors, which the client stack classifies), or a request that names no upstream.
 pub(crate) type ForwardError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Forwards requests to a fixed upstream, or to the host each request names.
+/// Forwards requests to a fixed upstream, or to the host each request names. Cloned for
+/// every attempt, so it is one reference-counted pointer.
 #[derive(Clone)]
 pub(crate) struct Forward {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     http1: Client<HttpConnector, Body>,
     http2: Client<HttpConnector, Body>,
     upstream: Option<Upstream>,
+    /// This proxy's `Via` entry.
+    via: HeaderValue,
 }
 
 /// A request with no upstream to go to: no fixed upstream, and neither an absolute URI nor a
@@ -47,7 +57,7 @@ pub(crate) struct Forward {
 pub(crate) struct NoUpstream;
 
 impl Forward {
-    pub(crate) fn new(upstream: Option<Upstream>) -> Forward {
+    pub(crate) fn new(upstream: Option<Upstream>, via: HeaderValue) -> Forward {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let http1 = Client::builder(TokioExecutor::new())
@@ -57,14 +67,17 @@ impl Forward {
             .http2_only(true)
             .build(connector);
         Forward {
-            http1,
-            http2,
-            upstream,
+            inner: Arc::new(Inner {
+                http1,
+                http2,
+                upstream,
+                via,
+            }),
         }
     }
 
     fn prepare(&self, request: Request<Body>) -> Result<(Request<Body>, bool), NoUpstream> {
-        let authority = match &self.upstream {
+        let authority = match &self.inner.upstream {
             Some(up) => up.authority_ref().clone(),
             None => named_authority(&request).ok_or(NoUpstream)?,
         };
@@ -80,6 +93,7 @@ impl Forward {
         parts.path_and_query = Some(path);
         head.uri = Uri::from_parts(parts).map_err(|_| NoUpstream)?;
         strip_hop_by_hop(&mut head.headers);
+        head.headers.append(VIA, self.inner.via.clone());
         let h2 = head.version == Version::HTTP_2;
         head.version = if h2 {
             Version::HTTP_2
@@ -90,7 +104,11 @@ impl Forward {
     }
 }
 
-impl Service<Request<Body>> for Forward {
+impl<B> Service<Request<B>> for Forward
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<ForwardError>,
+{
     type Response = Response<Body>;
     type Error = ForwardError;
     type Future = std::pin::Pin<
@@ -101,12 +119,12 @@ impl Service<Request<Body>> for Forward {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let prepared = self.prepare(request);
-        let (http1, http2) = (self.http1.clone(), self.http2.clone());
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let prepared = self.prepare(request.map(Body::new));
+        let inner = Arc::clone(&self.inner);
         Box::pin(async move {
             let (request, h2) = prepared?;
-            let client = if h2 { http2 } else { http1 };
+            let client = if h2 { &inner.http2 } else { &inner.http1 };
             let mut response = client.request(request).await?;
             strip_hop_by_hop(response.headers_mut());
             Ok(response.map(Body::new))

@@ -17,16 +17,16 @@
 use std::convert::Infallible;
 
 use axum::body::Body;
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use stormguard_idempotency::IdempotencyLayer;
 use stormguard_tower::PropagateDeadlineLayer;
 use stormguard_tower::limit::AdaptiveLimitLayer;
-use stormguard_tower::wire::Protocol;
 use tower::util::BoxCloneService;
 use tower::{Layer, ServiceExt, service_fn};
 
 use crate::ProxyError;
+use crate::answer::Caller;
 use crate::config::IngressConfig;
 use crate::forward::Forward;
 use crate::server::ProxyService;
@@ -40,15 +40,19 @@ pub(crate) struct Ingress {
 
 type Inner = BoxCloneService<Request<Body>, Response<Body>, Infallible>;
 
-pub(crate) fn build(upstream: Upstream, config: IngressConfig) -> Result<Ingress, ProxyError> {
-    let propagate = PropagateDeadlineLayer::new().layer(Forward::new(Some(upstream)));
+pub(crate) fn build(
+    upstream: Upstream,
+    config: IngressConfig,
+    via: HeaderValue,
+) -> Result<Ingress, ProxyError> {
+    let propagate = PropagateDeadlineLayer::new().layer(Forward::new(Some(upstream), via));
     let forward: Inner = BoxCloneService::new(service_fn(move |request: Request<Body>| {
         let propagate = propagate.clone();
         async move {
-            let protocol = Protocol::of(request.headers());
+            let caller = Caller::of(request.headers());
             Ok::<_, Infallible>(match propagate.oneshot(request).await {
                 Ok(response) => response,
-                Err(error) => crate::answer::for_transport(&error, protocol),
+                Err(error) => crate::answer::for_transport(&error, &caller),
             })
         }
     }));

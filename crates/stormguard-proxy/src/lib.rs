@@ -62,26 +62,32 @@ pub mod ingress;
 mod logging;
 mod server;
 mod upstream;
+mod via;
 
 pub use admin::metrics_handle;
 pub use answer::REASON_HEADER;
 pub use config::{
-    Direction, EgressConfig, IdempotencyConfig, IngressConfig, PolicySource, ProxyConfig,
-    StoreUrlError, open_store,
+    CenterSource, Direction, EgressConfig, IdempotencyConfig, IngressConfig, PolicySource,
+    ProxyConfig, StoreUrlError, open_store,
 };
 pub use logging::init_json_logs;
+pub use stormguard_tower::client::{CenterState, CenterWatchConfig};
 pub use upstream::{InvalidUpstream, Upstream};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use stormguard::fault::{FaultInjector, InvalidFault};
 use stormguard::policy::PolicyError;
-use stormguard_tower::client::{InvalidPolicies, Policies, PolicyWatcher, WatchError};
+use stormguard_tower::client::{
+    CenterWatch, CenterWatchError, InvalidPolicies, Policies, PolicyWatcher, WatchError,
+};
 use stormguard_tower::deadline::InvalidDeadlineConfig;
 use stormguard_tower::limit::AdaptiveLimitLayer;
 use stormguard_tower::observe::Telemetry;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// Why a proxy could not start.
@@ -107,6 +113,9 @@ pub enum ProxyError {
     /// The policy file cannot be watched.
     #[error("policy watch: {0}")]
     Watch(#[from] WatchError),
+    /// The policy center cannot be followed.
+    #[error("policy center: {0}")]
+    Center(#[from] CenterWatchError),
     /// The fault injection settings are invalid.
     #[error("faults: {0}")]
     Fault(#[from] InvalidFault),
@@ -119,14 +128,17 @@ pub enum ProxyError {
 }
 
 /// A running proxy: its addresses, and the handles to change it while it runs. Dropping it
-/// stops serving (connections in progress are cut).
+/// stops serving at once: the listener closes and every connection, in progress or idle, is
+/// cut; [`shutdown`](Proxy::shutdown) drains first.
 pub struct Proxy {
     addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
     policies: Option<Policies<Telemetry>>,
     faults: Option<Arc<FaultInjector>>,
     limit: Option<AdaptiveLimitLayer>,
+    center: Option<Arc<CenterWatch>>,
     _watcher: Option<PolicyWatcher>,
+    stop: watch::Sender<Option<Duration>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -144,12 +156,19 @@ impl Proxy {
     /// runtime. Every setting is checked first: a bad policy file, route or limit is an error
     /// here, never a proxy that fails requests.
     pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
+        if matches!(config.direction, Direction::Ingress(_)) && config.upstream.is_none() {
+            return Err(ProxyError::NoUpstream);
+        }
+        let listener = bind(config.listen).await?;
+        let addr = local_addr(&listener, config.listen)?;
+        let via = via::entry();
         let (service, admin, watcher) = match config.direction {
             Direction::Egress(egress) => {
-                let built = egress::build(config.upstream, egress)?;
+                let built = egress::build(config.upstream, egress, addr, via)?;
                 let admin = admin::AdminState {
                     direction: "egress",
                     policies: Some(built.policies),
+                    center: built.center,
                     limit: None,
                     faults: built.faults,
                 };
@@ -157,22 +176,23 @@ impl Proxy {
             }
             Direction::Ingress(ingress) => {
                 let upstream = config.upstream.ok_or(ProxyError::NoUpstream)?;
-                let built = ingress::build(upstream, ingress)?;
+                let built = ingress::build(upstream, ingress, via)?;
                 let admin = admin::AdminState {
                     direction: "ingress",
                     policies: None,
+                    center: None,
                     limit: built.limit,
                     faults: None,
                 };
                 (built.service, admin, None)
             }
         };
-        let listener = bind(config.listen).await?;
-        let addr = local_addr(&listener, config.listen)?;
         let policies = admin.policies.clone();
         let faults = admin.faults.clone();
         let limit = admin.limit.clone();
-        let mut tasks = vec![tokio::spawn(server::serve(listener, service))];
+        let center = admin.center.clone();
+        let (stop, stopped) = watch::channel(None);
+        let mut tasks = vec![tokio::spawn(server::serve(listener, service, stopped))];
         let admin_addr = match config.admin {
             Some(at) => {
                 let listener = bind(at).await?;
@@ -191,7 +211,9 @@ impl Proxy {
             policies,
             faults,
             limit,
+            center,
             _watcher: watcher,
+            stop,
             tasks,
         })
     }
@@ -223,9 +245,25 @@ impl Proxy {
         self.limit.as_ref()
     }
 
+    /// The egress proxy's policy center watch, when it follows one: its state (the version
+    /// applied, the connection), and a way to wait for a version.
+    pub fn center(&self) -> Option<&CenterWatch> {
+        self.center.as_deref()
+    }
+
     /// Serves until the serving task ends (it does not, short of a panic): what a program
     /// whose only job is the proxy awaits.
-    pub async fn wait(mut self) {
+    pub async fn wait(&mut self) {
+        if let Some(serving) = self.tasks.first_mut() {
+            let _ = serving.await;
+        }
+    }
+
+    /// Stops taking connections and drains: each open connection finishes the requests it
+    /// has (HTTP/1.1 closes after its response, HTTP/2 sends `GOAWAY`); those still open
+    /// after `bound` are cut. Returns when every connection has ended.
+    pub async fn shutdown(mut self, bound: Duration) {
+        let _ = self.stop.send(Some(bound));
         if let Some(serving) = self.tasks.first_mut() {
             let _ = serving.await;
         }

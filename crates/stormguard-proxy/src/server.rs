@@ -1,5 +1,11 @@
 //! The accept loop: one port that speaks HTTP/1.1 and HTTP/2 cleartext (prior knowledge, as
 //! gRPC clients use it), each connection served on its own task.
+//!
+//! The connection tasks belong to the accept loop (a [`JoinSet`]): when the loop ends, the
+//! connections still open end with it, so a dropped [`Proxy`](crate::Proxy) leaves no task
+//! serving behind it. A shutdown first drains: the listener closes, each connection finishes
+//! the requests it has (HTTP/1.1 closes after the response in progress, HTTP/2 sends
+//! `GOAWAY`), and whatever is still open when the drain bound passes is cut.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -9,8 +15,11 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tower::util::BoxCloneService;
 
 /// What a proxy serves: every request gets a response (the proxy's own answer when the
@@ -22,11 +31,23 @@ pub(crate) type ProxyService = BoxCloneService<Request<Incoming>, Response<Body>
 /// the machine is overloaded.
 const ACCEPT_PAUSE: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(200));
 
-/// Serves `service` on `listener` until the task is aborted.
-pub(crate) async fn serve(listener: TcpListener, service: ProxyService) {
+/// Serves `service` on `listener` until `stop` holds a drain bound (then drains for at
+/// most that long) or the task is aborted (then every connection is cut at once).
+pub(crate) async fn serve(
+    listener: TcpListener,
+    service: ProxyService,
+    mut stop: watch::Receiver<Option<Duration>>,
+) {
+    let graceful = GracefulShutdown::new();
+    let mut connections = JoinSet::new();
     let mut pause = ACCEPT_PAUSE.0;
-    loop {
-        let (stream, _) = match listener.accept().await {
+    let drain = loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            bound = stop.wait_for(Option::is_some) => break bound.ok().and_then(|b| *b),
+        };
+        let (stream, _) = match accepted {
             Ok(accepted) => {
                 pause = ACCEPT_PAUSE.0;
                 accepted
@@ -42,14 +63,18 @@ pub(crate) async fn serve(listener: TcpListener, service: ProxyService) {
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(service.clone());
-        tokio::spawn(async move {
+        let watcher = graceful.watcher();
+        connections.spawn(async move {
             let builder = auto::Builder::new(TokioExecutor::new());
-            if let Err(error) = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            if let Err(error) = watcher.watch(connection).await {
                 tracing::debug!(error = %error, "stormguard proxy: connection ended with an error");
             }
         });
+    };
+    drop(listener);
+    if let Some(bound) = drain {
+        let _ = tokio::time::timeout(bound, graceful.shutdown()).await;
     }
+    // `connections` is dropped here: whatever is still open is cut.
 }

@@ -261,3 +261,139 @@ async fn an_unreachable_upstream_is_a_bad_gateway_after_the_retries() {
     assert_eq!(answer.header(REASON_HEADER), Some("transport"));
     assert_eq!(answer.header("x-retry-exhausted"), Some("true"));
 }
+
+#[tokio::test]
+async fn a_request_naming_the_proxy_itself_is_refused_as_a_loop() {
+    let proxy = egress(None, RETRYING_GET).await;
+
+    // `send` addresses the request to the proxy's own address.
+    let answer = send(proxy.local_addr(), get("/users/7")).await;
+
+    assert_eq!(answer.status, StatusCode::LOOP_DETECTED);
+    assert_eq!(answer.header(REASON_HEADER), Some("loop"));
+}
+
+#[tokio::test]
+async fn a_request_that_comes_back_through_another_proxy_is_refused_by_its_via_entry() {
+    // The egress forwards to the host each request names; the ingress forwards everything
+    // to the egress: a request for the ingress's host goes round.
+    let up = upstream().await;
+    let egress_proxy = egress(None, RETRYING_GET).await;
+    let ingress_proxy = ingress(egress_proxy.local_addr(), Default::default()).await;
+    let mut request = get("/users/7");
+    request.headers_mut().insert(
+        "host",
+        ingress_proxy
+            .local_addr()
+            .to_string()
+            .parse()
+            .expect("value"),
+    );
+
+    let answer = send(egress_proxy.local_addr(), request).await;
+
+    assert_eq!(answer.status, StatusCode::LOOP_DETECTED, "{answer:?}");
+    assert_eq!(answer.header(REASON_HEADER), Some("loop"));
+    assert_eq!(up.script.count(), 0);
+    // A request for a real host passes, with this proxy's Via entry.
+    let mut request = get("/users/7");
+    request
+        .headers_mut()
+        .insert("host", up.addr.to_string().parse().expect("value"));
+    assert_eq!(
+        send(egress_proxy.local_addr(), request).await.status,
+        StatusCode::OK
+    );
+    let via = up.script.seen()[0].headers["via"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    assert!(via.starts_with("1.1 stormguard-"), "{via}");
+}
+
+/// Sends one HTTP/1.1 request on `stream` and reads its whole answer (a body of `len` bytes).
+async fn exchange(stream: &mut tokio::net::TcpStream, path: &str, len: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = format!("GET {path} HTTP/1.1\r\nHost: example\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut text = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = stream.read(&mut buf).await.expect("read");
+        assert_ne!(
+            n,
+            0,
+            "closed before the answer: {:?}",
+            String::from_utf8_lossy(&text)
+        );
+        text.extend_from_slice(&buf[..n]);
+        let whole = String::from_utf8_lossy(&text).into_owned();
+        if let Some((_, body)) = whole.split_once("\r\n\r\n") {
+            if body.len() >= len {
+                return whole;
+            }
+        }
+    }
+}
+
+/// Whether the proxy closed `stream` (an end of file or a reset), within ten seconds.
+async fn closed(stream: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+#[tokio::test]
+async fn dropping_the_proxy_ends_its_open_connections() {
+    let up = upstream().await;
+    let proxy = egress(Some(up.addr), RETRYING_GET).await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.local_addr())
+        .await
+        .expect("connect");
+    let answer = exchange(&mut stream, "/a", 2).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    drop(proxy);
+
+    assert!(
+        closed(&mut stream).await,
+        "the idle keep-alive connection was left open"
+    );
+}
+
+#[tokio::test]
+async fn shutdown_drains_a_request_in_progress_and_cuts_what_outlasts_the_bound() {
+    let up = upstream().await;
+    let proxy = egress(Some(up.addr), RETRYING_GET).await;
+    let addr = proxy.local_addr();
+    let in_progress = tokio::spawn(send(addr, get("/slow/100")));
+    eventually(async || up.script.count() == 1).await;
+
+    proxy.shutdown(Duration::from_secs(30)).await;
+
+    let answer = in_progress.await.expect("the request task");
+    assert_eq!(answer.status, StatusCode::OK, "drained, not cut");
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "the listener is closed"
+    );
+
+    // A request that never ends is cut when the bound passes.
+    let proxy = egress(Some(up.addr), RETRYING_GET).await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.local_addr())
+        .await
+        .expect("connect");
+    {
+        use tokio::io::AsyncWriteExt;
+        stream
+            .write_all(b"GET /hang/forever HTTP/1.1\r\nHost: example\r\n\r\n")
+            .await
+            .expect("write");
+    }
+    eventually(async || up.script.seen().iter().any(|s| s.path == "/hang/forever")).await;
+    proxy.shutdown(Duration::from_millis(50)).await;
+    assert!(closed(&mut stream).await, "cut after the bound");
+}

@@ -145,3 +145,91 @@ async fn an_ingress_needs_an_upstream() {
     .expect_err("no upstream");
     assert!(matches!(error, stormguard_proxy::ProxyError::NoUpstream));
 }
+
+/// An ingress whose limit admits one request at a time and learns the service time from
+/// every window (one sample each).
+async fn one_at_a_time(up: &TestUpstream) -> stormguard_proxy::Proxy {
+    let config = IngressConfig {
+        limit: Some(
+            LimiterConfig::new(Aimd::new().with_limits(1, 1, 1))
+                .with_window(Duration::from_millis(1), 1),
+        ),
+        ..IngressConfig::default()
+    };
+    ingress(up.addr, config).await
+}
+
+fn with_timeout(
+    mut request: http::Request<http_body_util::Full<axum::body::Bytes>>,
+    grpc_timeout: &str,
+) -> http::Request<http_body_util::Full<axum::body::Bytes>> {
+    request
+        .headers_mut()
+        .insert("grpc-timeout", grpc_timeout.parse().expect("value"));
+    request
+}
+
+#[tokio::test]
+async fn under_overload_the_ingress_sheds_with_retry_after_before_the_service() {
+    let up = upstream().await;
+    let proxy = one_at_a_time(&up).await;
+    let addr = proxy.local_addr();
+    // The one slot is taken by a request the service never answers.
+    let held = tokio::spawn(send(addr, get("/hang/1")));
+    let limit = proxy.limit().expect("admission is on");
+    eventually(async || up.script.count() == 1).await;
+
+    let shed = send(addr, get("/work")).await;
+
+    assert_eq!(shed.status, StatusCode::SERVICE_UNAVAILABLE, "{shed:?}");
+    let retry_after: u64 = shed
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("whole seconds");
+    assert!(retry_after >= 1);
+    assert_eq!(
+        up.script.count(),
+        1,
+        "the shed request never reached the service"
+    );
+    let stats = limit.stats();
+    assert_eq!((stats.admitted, stats.shed()), (1, 1), "{stats:?}");
+
+    // gRPC callers get RESOURCE_EXHAUSTED with a pushback instead.
+    let mut grpc = get("/svc.Api/Call");
+    grpc.headers_mut()
+        .insert("content-type", "application/grpc".parse().expect("value"));
+    let shed = send(addr, grpc).await;
+    assert_eq!(shed.status, StatusCode::OK, "trailers-only");
+    assert_eq!(shed.header("grpc-status"), Some("8"));
+    assert!(shed.header("grpc-retry-pushback-ms").is_some(), "{shed:?}");
+    assert_eq!(up.script.count(), 1);
+    held.abort();
+}
+
+#[tokio::test]
+async fn a_request_that_cannot_finish_in_time_is_shed_first() {
+    let up = upstream().await;
+    let proxy = one_at_a_time(&up).await;
+    let addr = proxy.local_addr();
+    // The service takes 50 ms: the limit learns it from the first windows.
+    for _ in 0..2 {
+        let answer = send(addr, with_timeout(get("/slow/50"), "10S")).await;
+        assert_eq!(answer.status, StatusCode::OK);
+    }
+    let seen = up.script.count();
+
+    // 10 ms left is less than the service takes: shed at once, before the service, though
+    // a slot is free.
+    let short = send(addr, with_timeout(get("/slow/50"), "10m")).await;
+
+    assert_eq!(short.status, StatusCode::SERVICE_UNAVAILABLE, "{short:?}");
+    assert!(short.header("retry-after").is_some());
+    assert_eq!(up.script.count(), seen, "never reached the service");
+    let stats = proxy.limit().expect("admission is on").stats();
+    assert_eq!((stats.admitted, stats.shed_deadline), (2, 1), "{stats:?}");
+    // A request with time enough is admitted.
+    let long = send(addr, with_timeout(get("/slow/50"), "10S")).await;
+    assert_eq!(long.status, StatusCode::OK);
+}

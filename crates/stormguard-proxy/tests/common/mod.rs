@@ -48,8 +48,8 @@ impl Script {
 }
 
 /// The upstream: `/down/*` always answers 503; `/hang/*` never answers its first request
-/// (a copy sent later answers); anything else answers 503 while `fail_first` lasts, then
-/// 200 with the body `ok`.
+/// (a copy sent later answers); `/slow/MS` works MS milliseconds, then answers; anything
+/// else answers 503 while `fail_first` lasts, then 200 with the body `ok`.
 pub struct TestUpstream {
     pub addr: SocketAddr,
     pub script: Arc<Script>,
@@ -84,6 +84,11 @@ async fn handle(State(script): State<Arc<Script>>, request: Request) -> Response
     }
     if path.starts_with("/hang") && first {
         std::future::pending::<()>().await;
+    }
+    if let Some(ms) = path.strip_prefix("/slow/").and_then(|ms| ms.parse().ok()) {
+        // The service's own work time (what the ingress's limit measures), not a wait of
+        // the test's.
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     let failing = script
         .fail_first
