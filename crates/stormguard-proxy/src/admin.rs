@@ -81,7 +81,7 @@ pub(crate) fn status_json(state: &AdminState) -> Value {
         let endpoints: Vec<Value> = policies
             .endpoint_status()
             .into_iter()
-            .map(|e| json!({ "name": e.name, "breaker": e.breaker.map(breaker_label) }))
+            .map(|e| json!({ "name": e.name, "breaker": e.breaker.map(BreakerState::label) }))
             .collect();
         json!({
             "version": format!("{:012x}", status.version),
@@ -123,15 +123,6 @@ pub(crate) fn status_json(state: &AdminState) -> Value {
         "limit": limit,
         "faults": faults,
     })
-}
-
-fn breaker_label(state: BreakerState) -> &'static str {
-    match state {
-        BreakerState::Closed => "closed",
-        BreakerState::Open => "open",
-        BreakerState::HalfOpen => "half-open",
-        BreakerState::Isolated => "isolated",
-    }
 }
 
 async fn faults_on(State(state): State<Arc<AdminState>>) -> StatusCode {

@@ -13,6 +13,10 @@
 //!    the time left, minus the hop's reserve, in the deadline headers;
 //! 5. the forwarding transport, one attempt: only one layer of a chain
 //!    retries, and that is the caller's.
+//!
+//! Before all of them, a request that carries this proxy's own `Via` entry has been here
+//! before (an upstream that leads back to the ingress, or the ingress's own address as its
+//! upstream): it is refused as a loop (`508`) instead of going round until sockets run out.
 
 use std::convert::Infallible;
 
@@ -45,7 +49,7 @@ pub(crate) fn build(
     config: IngressConfig,
     via: HeaderValue,
 ) -> Result<Ingress, ProxyError> {
-    let propagate = PropagateDeadlineLayer::new().layer(Forward::new(Some(upstream), via));
+    let propagate = PropagateDeadlineLayer::new().layer(Forward::new(Some(upstream), via.clone()));
     let forward: Inner = BoxCloneService::new(service_fn(move |request: Request<Body>| {
         let propagate = propagate.clone();
         async move {
@@ -72,8 +76,19 @@ pub(crate) fn build(
     let deadline = config.deadline.validate()?.layer(admitted);
     let service = deadline.map_request(|request: Request<Incoming>| request.map(Body::new));
     let service = service.map_response(|response| response.map(Body::new));
+    let guarded = service_fn(move |request: Request<Incoming>| {
+        let caller = Caller::of(request.headers());
+        let looped = crate::via::passed_here(request.headers(), &via);
+        let call = (!looped).then(|| service.clone().oneshot(request));
+        async move {
+            match call {
+                Some(call) => call.await,
+                None => Ok(crate::answer::looped(&caller)),
+            }
+        }
+    });
     Ok(Ingress {
-        service: ProxyService::new(service),
+        service: ProxyService::new(guarded),
         limit,
     })
 }

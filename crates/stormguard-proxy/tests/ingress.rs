@@ -36,6 +36,27 @@ async fn an_expired_request_is_refused_before_the_service() {
 }
 
 #[tokio::test]
+async fn a_request_that_already_passed_this_ingress_is_refused_as_a_loop() {
+    let up = upstream().await;
+    let proxy = ingress(up.addr, IngressConfig::default()).await;
+    assert_eq!(
+        send(proxy.local_addr(), get("/work")).await.status,
+        StatusCode::OK
+    );
+    // The ingress's own Via entry, as the service saw it: a request coming back with it
+    // went round (an upstream leading back here) and is not forwarded again.
+    let via = up.script.seen()[0].headers["via"].clone();
+    let mut again = get("/work");
+    again.headers_mut().insert("via", via);
+
+    let answer = send(proxy.local_addr(), again).await;
+
+    assert_eq!(answer.status, StatusCode::LOOP_DETECTED, "{answer:?}");
+    assert_eq!(answer.header(stormguard_proxy::REASON_HEADER), Some("loop"));
+    assert_eq!(up.script.count(), 1, "the service saw only the first");
+}
+
+#[tokio::test]
 async fn the_service_gets_the_time_left() {
     let up = upstream().await;
     let proxy = ingress(up.addr, IngressConfig::default()).await;
