@@ -56,7 +56,10 @@ pub(crate) async fn serve(
             // listener is still good; try again after a pause.
             Err(error) => {
                 tracing::warn!(%error, ?pause, "stormguard proxy: accept failed");
-                tokio::time::sleep(pause).await;
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    bound = stop.wait_for(Option::is_some) => break bound.ok().and_then(|b| *b),
+                }
                 pause = (pause * 2).min(ACCEPT_PAUSE.1);
                 continue;
             }
