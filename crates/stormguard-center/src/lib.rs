@@ -79,5 +79,5 @@ pub use auth::{Caller, Role, new_token};
 pub use error::ApiError;
 pub use hub::Selector;
 pub use server::{Center, CenterConfig};
-pub use store::{Store, StoreError};
+pub use store::{ACQUIRE_TIMEOUT, Store, StoreError, StoreKind};
 pub use version::{FieldChange, Snapshot, Version, canonical_text, changed_fields, content_hash};
