@@ -4,13 +4,21 @@
 //! ```text
 //! cargo bench -p stormguard-center --bench fanout -- [WATCHERS] [ROUNDS]
 //! cargo bench -p stormguard-center --bench fanout -- --idle 10000
+//! cargo bench -p stormguard-center --bench fanout -- --restart 1000
 //! ```
 //!
 //! Each round publishes a version and measures, per instance, the time from the publish
 //! request to (a) the instance's swap of the version and (b) its ACK recorded by the center
 //! (the server's publish-to-ACK histogram, millisecond timestamps). `--idle N` connects N
 //! watchers and reports the process's resident memory before and after (center and
-//! watchers together).
+//! watchers together) and the CPU time the process spent while they idled.
+//! `--restart N` connects N watchers, stops the center (its streams end), keeps it down for a
+//! second, starts it again on the same store and port, and reports when each watcher is
+//! connected again: the spread the jittered reconnect backoff gives, and how many never came
+//! back (none should).
+//!
+//! Each watcher holds two sockets (its end and the center's): 10,000 watchers need more than
+//! 20,000 file descriptors; the bench says so and stops if `ulimit -n` is lower.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::time::{Duration, Instant};
@@ -49,20 +57,86 @@ fn main() {
         .filter(|a| a != "--bench")
         .collect();
     let idle = args.first().is_some_and(|a| a == "--idle");
+    let restart = args.first().is_some_and(|a| a == "--restart");
     let numbers: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     let watchers = numbers
         .first()
         .copied()
         .unwrap_or(if idle { 10_000 } else { 1_000 });
     let rounds = numbers.get(1).copied().unwrap_or(10);
+    let needed = 2 * watchers as u64 + 256;
+    let limit = open_files_limit();
+    if limit < needed {
+        eprintln!(
+            "{watchers} watchers need about {needed} file descriptors; ulimit -n is {limit}: raise it (ulimit -n {needed})"
+        );
+        std::process::exit(2);
+    }
+    let mode = if idle {
+        Mode::Idle
+    } else if restart {
+        Mode::Restart
+    } else {
+        Mode::Fanout
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(run(watchers, rounds, idle));
+    runtime.block_on(run(watchers, rounds, mode));
 }
 
-async fn run(watchers: usize, rounds: usize, idle: bool) {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Fanout,
+    Idle,
+    Restart,
+}
+
+/// The soft limit of open files (`/proc/self/limits`).
+fn open_files_limit() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(u64::MAX)
+}
+
+/// User and system CPU time of this process so far (`/proc/self/stat`, in clock ticks of
+/// 10 ms).
+fn cpu_time() -> Duration {
+    let ticks = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let after = s.rsplit_once(')')?.1;
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+/// Serves the center on `addr` until the sender is used (or dropped); the task ends when
+/// the listener is closed.
+async fn serve(
+    center: &Center,
+    addr: std::net::SocketAddr,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(center.clone().serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    (stop, task)
+}
+
+async fn run(watchers: usize, rounds: usize, mode: Mode) {
     let seconds = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(PUBLISH_TO_ACK.to_owned()), &seconds)
@@ -70,14 +144,13 @@ async fn run(watchers: usize, rounds: usize, idle: bool) {
         .install_recorder()
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&format!("sqlite://{}", dir.path().join("c.db").display()))
-        .await
-        .unwrap();
+    let url = format!("sqlite://{}", dir.path().join("c.db").display());
+    let store = Store::open(&url).await.unwrap();
     let config = CenterConfig {
         metrics: Some(handle.clone()),
         ..CenterConfig::default()
     };
-    let center = Center::new(store, config).await.unwrap();
+    let center = Center::new(store, config.clone()).await.unwrap();
     let editor = center
         .create_token("bench", Role::Editor, None)
         .await
@@ -86,9 +159,11 @@ async fn run(watchers: usize, rounds: usize, idle: bool) {
         .create_token("svc", Role::Instance, Some("svc"))
         .await
         .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(center.clone().serve(listener, std::future::pending()));
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap();
+    let base = format!("http://{addr}");
+    let (stop, serving) = serve(&center, addr).await;
     let http = reqwest::Client::new();
     let publish = |version: u64| {
         let body = json!({"base": version - 1, "policy": policy(1 + (version % 5) as u32)});
@@ -123,7 +198,7 @@ async fn run(watchers: usize, rounds: usize, idle: bool) {
         "{watchers} watchers connected and on version 1 in {:.2?}",
         started.elapsed()
     );
-    if idle {
+    if mode == Mode::Idle {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let after = rss_kib();
         println!(
@@ -132,8 +207,61 @@ async fn run(watchers: usize, rounds: usize, idle: bool) {
             after / 1024,
             (after.saturating_sub(before)) as f64 / watchers as f64
         );
+        let (cpu, wall) = (cpu_time(), Instant::now());
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let used = cpu_time().saturating_sub(cpu);
+        println!(
+            "CPU while idle: {used:.2?} in {:.2?} ({:.2}% of one core, center and client together, keep-alives every 15 s)",
+            wall.elapsed(),
+            100.0 * used.as_secs_f64() / wall.elapsed().as_secs_f64()
+        );
         return;
     }
+    if mode == Mode::Restart {
+        let _ = stop.send(());
+        serving.await.unwrap().unwrap();
+        for (_, watch) in &stacks {
+            watch.wait_for(|s| !s.connected).await;
+        }
+        println!("center stopped: {watchers} watchers disconnected; down for 1 s");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let store = Store::open(&url).await.unwrap();
+        let center = Center::new(store, config).await.unwrap();
+        let restarted = Instant::now();
+        let _serving = serve(&center, addr).await;
+        let waits = stacks.iter().map(|(_, watch)| async move {
+            let back = tokio::time::timeout(
+                Duration::from_secs(120),
+                watch.wait_for(|s| s.connected && s.connections >= 2),
+            )
+            .await;
+            back.ok().map(|_| restarted.elapsed())
+        });
+        let results = futures_util::future::join_all(waits).await;
+        let lost = results.iter().filter(|r| r.is_none()).count();
+        let mut times: Vec<Duration> = results.into_iter().flatten().collect();
+        times.sort();
+        println!(
+            "reconnected after the restart: {} of {watchers} ({lost} lost); from the restart: first {:.1?} p10 {:.1?} p50 {:.1?} p90 {:.1?} p99 {:.1?} last {:.1?}",
+            times.len(),
+            times[0],
+            percentile(&times, 0.1),
+            percentile(&times, 0.5),
+            percentile(&times, 0.9),
+            percentile(&times, 0.99),
+            times[times.len() - 1]
+        );
+        let mut per_100ms = std::collections::BTreeMap::<u128, usize>::new();
+        for t in &times {
+            *per_100ms.entry(t.as_millis() / 100).or_default() += 1;
+        }
+        println!("reconnects per 100 ms after the restart:");
+        for (slot, count) in per_100ms {
+            println!("  {:>5} ms  {count}", slot * 100);
+        }
+        return;
+    }
+    let _keep_serving = (stop, serving);
 
     let mut applied = Vec::with_capacity(watchers * rounds);
     for round in 0..rounds {

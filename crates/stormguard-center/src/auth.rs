@@ -163,16 +163,12 @@ impl FromRequestParts<Center> for Caller {
             .headers
             .get(axum::http::header::AUTHORIZATION)
             .ok_or_else(|| unauthorized("missing", "no Authorization: Bearer token"))?;
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(bearer_token)
-            .ok_or_else(|| {
-                unauthorized(
-                    "malformed",
-                    "the Authorization header is not Bearer <token>",
-                )
-            })?;
+        let token = header.to_str().ok().and_then(bearer_token).ok_or_else(|| {
+            unauthorized(
+                "malformed",
+                "the Authorization header is not Bearer <token>",
+            )
+        })?;
         let row = center
             .store()
             .token(&token_hash(token))
@@ -194,10 +190,22 @@ mod tests {
 
     #[test]
     fn the_bearer_scheme_is_matched_without_regard_to_case() {
-        for value in ["Bearer sg_1", "bearer sg_1", "BEARER  sg_1 ", " BeArEr sg_1"] {
+        for value in [
+            "Bearer sg_1",
+            "bearer sg_1",
+            "BEARER  sg_1 ",
+            " BeArEr sg_1",
+        ] {
             assert_eq!(bearer_token(value), Some("sg_1"), "{value:?}");
         }
-        for value in ["Basic sg_1", "Bearer", "Bearer ", "Bearersg_1", "Bearer a b", "sg_1"] {
+        for value in [
+            "Basic sg_1",
+            "Bearer",
+            "Bearer ",
+            "Bearersg_1",
+            "Bearer a b",
+            "sg_1",
+        ] {
             assert_eq!(bearer_token(value), None, "{value:?}");
         }
         assert_eq!(bearer_token(&format!("Bearer {}", "x".repeat(257))), None);

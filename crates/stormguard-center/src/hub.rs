@@ -200,7 +200,9 @@ impl Hub {
     }
 }
 
-fn lock(services: &Services) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<Arc<Release>>>> {
+fn lock(
+    services: &Services,
+) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<Arc<Release>>>> {
     services
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -280,7 +282,13 @@ mod tests {
         let hub = Hub::new(memory_store().await);
         // Any well-formed name may be read; none stays.
         for i in 0..100 {
-            assert!(hub.current(&format!("svc-{i}")).await.unwrap().stable.is_none());
+            assert!(
+                hub.current(&format!("svc-{i}"))
+                    .await
+                    .unwrap()
+                    .stable
+                    .is_none()
+            );
         }
         assert!(hub.lock().is_empty());
         let one = hub.subscribe("orders").await.unwrap();

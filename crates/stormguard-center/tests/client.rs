@@ -145,7 +145,10 @@ async fn a_snapshot_whose_policy_does_not_match_its_hash_is_nacked_and_not_appli
     })
     .await
     .expect("no NACK reached the center");
-    assert_eq!((&nack["version"], &nack["applied"]), (&json!(1), &json!(false)));
+    assert_eq!(
+        (&nack["version"], &nack["applied"]),
+        (&json!(1), &json!(false))
+    );
     let reason = nack["reason"].as_str().unwrap();
     assert!(reason.contains("content hash mismatch"), "{reason}");
 }

@@ -82,7 +82,10 @@ impl Tour {
             .iter_errors(instance)
             .map(|e| format!("{e} at {}", e.instance_path()))
             .collect();
-        assert!(errors.is_empty(), "{what}: {instance} does not validate: {errors:?}");
+        assert!(
+            errors.is_empty(),
+            "{what}: {instance} does not validate: {errors:?}"
+        );
     }
 
     /// Checks the answer against the operation `method path` of the document.
@@ -95,13 +98,15 @@ impl Tour {
             .unwrap_or_else(|| panic!("{what}: status not documented for the operation"));
         let response = self.resolve(response);
         match response.get("content").and_then(Value::as_object) {
-            None => assert!(answer.body.is_empty(), "{what}: a body where none is documented"),
+            None => assert!(
+                answer.body.is_empty(),
+                "{what}: a body where none is documented"
+            ),
             Some(content) => {
                 let media = answer.content_type.split(';').next().unwrap().trim();
                 let schema = &content
                     .get(media)
-                    .unwrap_or_else(|| panic!("{what}: content type {media:?} not documented"))
-                    ["schema"];
+                    .unwrap_or_else(|| panic!("{what}: content type {media:?} not documented"))["schema"];
                 let instance = if media == "application/json" {
                     serde_json::from_slice(&answer.body)
                         .unwrap_or_else(|e| panic!("{what}: not JSON ({e})"))
@@ -169,8 +174,8 @@ async fn every_answer_of_a_running_center_validates_against_the_openapi_document
             Some(r#"{"name": "orders-fleet", "role": "instance", "service": "orders"}"#),
         )
         .await;
-    let instance = made["token"].as_str().unwrap().to_owned();
-    let instance = Some(&*instance);
+    let instance_token = made["token"].as_str().unwrap().to_owned();
+    let instance = Some(&*instance_token);
     let path = "/v1/services/orders/versions";
     tour.tour("POST", versions, path, editor, Some(&publish(0, 3)))
         .await;
@@ -196,7 +201,7 @@ async fn every_answer_of_a_running_center_validates_against_the_openapi_document
     let bare = tour
         .client
         .post(format!("{}{path}", tour.base))
-        .bearer_auth(editor.unwrap())
+        .bearer_auth(&center.editor)
         .body(publish(2, 2))
         .send()
         .await
@@ -212,10 +217,22 @@ async fn every_answer_of_a_running_center_validates_against_the_openapi_document
         .await;
     tour.tour("POST", versions, path, None, Some(&publish(2, 2)))
         .await;
-    tour.tour("POST", versions, path, Some("sg_nobody"), Some(&publish(2, 2)))
-        .await;
-    tour.tour("POST", versions, "/v1/services/a%20b/versions", editor, Some(&publish(0, 2)))
-        .await;
+    tour.tour(
+        "POST",
+        versions,
+        path,
+        Some("sg_nobody"),
+        Some(&publish(2, 2)),
+    )
+    .await;
+    tour.tour(
+        "POST",
+        versions,
+        "/v1/services/a%20b/versions",
+        editor,
+        Some(&publish(0, 2)),
+    )
+    .await;
     // A canary, the status showing it, its promotion; a rollback.
     tour.tour(
         "POST",
@@ -277,15 +294,33 @@ async fn every_answer_of_a_running_center_validates_against_the_openapi_document
     assert_eq!(unchanged.status, 304);
     tour.check("get", policy, &unchanged);
     let empty = tour
-        .send("GET", "/v1/services/orders/policy?instance=i-1", viewer, None, &[])
+        .send(
+            "GET",
+            "/v1/services/orders/policy?instance=i-1",
+            viewer,
+            None,
+            &[],
+        )
         .await;
     assert_eq!(empty.status, 200);
     let nothing = tour
-        .send("GET", "/v1/services/none/policy?instance=i-1", viewer, None, &[])
+        .send(
+            "GET",
+            "/v1/services/none/policy?instance=i-1",
+            viewer,
+            None,
+            &[],
+        )
         .await;
     tour.check("get", policy, &nothing);
     let bad_labels = tour
-        .send("GET", "/v1/services/orders/policy?instance=i-1&labels=zone", viewer, None, &[])
+        .send(
+            "GET",
+            "/v1/services/orders/policy?instance=i-1&labels=zone",
+            viewer,
+            None,
+            &[],
+        )
         .await;
     tour.check("get", policy, &bad_labels);
 
@@ -295,7 +330,7 @@ async fn every_answer_of_a_running_center_validates_against_the_openapi_document
             "{}/v1/services/orders/watch?instance=i-1&labels=zone=a",
             tour.base
         ))
-        .bearer_auth(instance.unwrap())
+        .bearer_auth(&instance_token)
         .send()
         .await
         .unwrap();
@@ -330,7 +365,13 @@ async fn every_answer_of_a_running_center_validates_against_the_openapi_document
     let snapshot_schema = json!({ "$ref": "#/components/schemas/Snapshot" });
     tour.validate("watch event data", &snapshot_schema, &data);
     let watch_of_viewer = tour
-        .send("GET", "/v1/services/orders/watch?instance=i-1", viewer, None, &[])
+        .send(
+            "GET",
+            "/v1/services/orders/watch?instance=i-1",
+            viewer,
+            None,
+            &[],
+        )
         .await;
     tour.check("get", "/v1/services/{service}/watch", &watch_of_viewer);
 
@@ -339,8 +380,14 @@ async fn every_answer_of_a_running_center_validates_against_the_openapi_document
         r#"{{"instance": "i-1", "version": {}, "applied": true}}"#,
         data["version"]
     );
-    tour.tour("POST", acks, "/v1/services/orders/acks", instance, Some(&ack))
-        .await;
+    tour.tour(
+        "POST",
+        acks,
+        "/v1/services/orders/acks",
+        instance,
+        Some(&ack),
+    )
+    .await;
     tour.tour(
         "POST",
         acks,
@@ -367,7 +414,10 @@ async fn every_answer_of_a_running_center_validates_against_the_openapi_document
         )
         .await;
     assert!(status["canary"].is_array(), "{status}");
-    assert!(!status["instances"].as_array().unwrap().is_empty(), "{status}");
+    assert!(
+        !status["instances"].as_array().unwrap().is_empty(),
+        "{status}"
+    );
 
     tour.tour(
         "POST",
@@ -405,7 +455,8 @@ async fn every_answer_of_a_running_center_validates_against_the_openapi_document
         .await;
     tour.tour("GET", "/v1/audit", "/v1/audit?nonsense=1", viewer, None)
         .await;
-    tour.tour("GET", "/v1/audit", "/v1/audit", instance, None).await;
+    tour.tour("GET", "/v1/audit", "/v1/audit", instance, None)
+        .await;
     tour.tour("GET", "/metrics", "/metrics", viewer, None).await;
     tour.tour(
         "POST",

@@ -85,7 +85,13 @@ struct Api {
 }
 
 impl Api {
-    async fn send(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> (u16, Value) {
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut request = self
             .client
             .request(method.parse().unwrap(), format!("{}{path}", self.base))
@@ -99,14 +105,21 @@ impl Api {
         let response = request.send().await.unwrap();
         let status = response.status().as_u16();
         let bytes = response.bytes().await.unwrap();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
     }
 
     /// Waits (bounded) until the center answers `/healthz`.
     async fn healthy(&self) {
         timeout(GIVE_UP, async {
             loop {
-                let answer = self.client.get(format!("{}/healthz", self.base)).send().await;
+                let answer = self
+                    .client
+                    .get(format!("{}/healthz", self.base))
+                    .send()
+                    .await;
                 if answer.is_ok_and(|r| r.status() == 200) {
                     return;
                 }
@@ -236,7 +249,9 @@ async fn killed_in_the_middle_of_publishes(database_url: &str) {
 
     // Four instances follow "orders", each with a last-good file.
     let layers: Vec<ClientLayer> = (0..4)
-        .map(|_| ClientLayer::from_policy_file(&PolicyFile::from_toml(&policy(0)).unwrap()).unwrap())
+        .map(|_| {
+            ClientLayer::from_policy_file(&PolicyFile::from_toml(&policy(0)).unwrap()).unwrap()
+        })
         .collect();
     let watches: Vec<CenterWatch> = layers
         .iter()
@@ -294,7 +309,11 @@ async fn killed_in_the_middle_of_publishes(database_url: &str) {
         "killed with {in_flight} publishes in flight, {} accepted",
         tally.accepted.load(Ordering::SeqCst)
     );
-    assert!(tally.unexpected.lock().unwrap().is_empty(), "{:?}", tally.unexpected);
+    assert!(
+        tally.unexpected.lock().unwrap().is_empty(),
+        "{:?}",
+        tally.unexpected
+    );
 
     // The instances keep the last version they applied, in use and on disk.
     let mut kept = Vec::new();
@@ -317,17 +336,33 @@ async fn killed_in_the_middle_of_publishes(database_url: &str) {
     let mut latest = BTreeMap::new();
     for service in SERVICES {
         let (status, history) = api
-            .send("GET", &format!("/v1/services/{service}/versions?limit=1000"), &editor, None)
+            .send(
+                "GET",
+                &format!("/v1/services/{service}/versions?limit=1000"),
+                &editor,
+                None,
+            )
             .await;
         assert_eq!(status, 200);
         let history = history.as_array().unwrap();
         let count = history.len() as u64;
-        let numbers: Vec<u64> = history.iter().map(|v| v["version"].as_u64().unwrap()).collect();
-        assert_eq!(numbers, (1..=count).rev().collect::<Vec<_>>(), "{service}: gaps");
+        let numbers: Vec<u64> = history
+            .iter()
+            .map(|v| v["version"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            numbers,
+            (1..=count).rev().collect::<Vec<_>>(),
+            "{service}: gaps"
+        );
         for version in history {
             let number = version["version"].as_u64().unwrap();
             let text = version["policy"].as_str().unwrap();
-            assert_eq!(version["hash"].as_str().unwrap(), content_hash(text), "{service} v{number}");
+            assert_eq!(
+                version["hash"].as_str().unwrap(),
+                content_hash(text),
+                "{service} v{number}"
+            );
             let file = PolicyFile::from_toml(text).unwrap();
             assert_eq!(
                 file.endpoint("default").unwrap().retry().max_attempts(),
@@ -336,11 +371,24 @@ async fn killed_in_the_middle_of_publishes(database_url: &str) {
             );
         }
         let (_, status) = api
-            .send("GET", &format!("/v1/services/{service}/status"), &editor, None)
+            .send(
+                "GET",
+                &format!("/v1/services/{service}/status"),
+                &editor,
+                None,
+            )
             .await;
-        assert_eq!(status["stable"], count, "{service}: the release points at the latest");
+        assert_eq!(
+            status["stable"], count,
+            "{service}: the release points at the latest"
+        );
         let (_, audit) = api
-            .send("GET", &format!("/v1/audit?service={service}&limit=10000"), &editor, None)
+            .send(
+                "GET",
+                &format!("/v1/audit?service={service}&limit=10000"),
+                &editor,
+                None,
+            )
             .await;
         let audited: BTreeSet<u64> = audit
             .as_array()
@@ -349,10 +397,17 @@ async fn killed_in_the_middle_of_publishes(database_url: &str) {
             .filter(|r| r["action"] == "publish")
             .map(|r| r["version"].as_u64().unwrap())
             .collect();
-        assert_eq!(audited, (1..=count).collect(), "{service}: one audit record per version");
+        assert_eq!(
+            audited,
+            (1..=count).collect(),
+            "{service}: one audit record per version"
+        );
         for ((accepted_service, number), hash) in &accepted {
             if accepted_service == service {
-                assert!(*number <= count, "{service} v{number} was answered 201 and is gone");
+                assert!(
+                    *number <= count,
+                    "{service} v{number} was answered 201 and is gone"
+                );
                 assert_eq!(history[(count - number) as usize]["hash"], json!(hash));
             }
         }

@@ -123,7 +123,9 @@ pub(crate) fn routes(config: &CenterConfig) -> Routes {
     .add(Post, "/v1/services/{service}/canary/abort", |m| {
         on(m, versions::abort)
     })
-    .add(Get, "/v1/services/{service}/status", |m| on(m, admin::status))
+    .add(Get, "/v1/services/{service}/status", |m| {
+        on(m, admin::status)
+    })
     .add(Get, "/v1/services/{service}/policy", |m| on(m, watch::poll))
     .add(Get, "/v1/services/{service}/watch", watch)
     .add(Post, "/v1/services/{service}/acks", |m| {
@@ -257,8 +259,10 @@ mod tests {
                     .unwrap()
                     .keys()
                     .filter(|key| {
-                        ["get", "put", "post", "delete", "patch", "head", "options", "trace"]
-                            .contains(&key.as_str())
+                        [
+                            "get", "put", "post", "delete", "patch", "head", "options", "trace",
+                        ]
+                        .contains(&key.as_str())
                     })
                     .map(move |method| (method.clone(), path.clone()))
             })

@@ -100,18 +100,22 @@ pub struct Store {
 macro_rules! on_pool {
     ($store:expr, |$pool:ident| $body:expr) => {
         match &$store.backend {
-            Backend::Sqlite($pool) => async { Ok::<_, sqlx::Error>($body) }
-                .await
-                .map_err(|source| StoreError::Database {
-                    store: StoreKind::Sqlite,
-                    source,
-                })?,
-            Backend::Postgres($pool) => async { Ok::<_, sqlx::Error>($body) }
-                .await
-                .map_err(|source| StoreError::Database {
-                    store: StoreKind::Postgres,
-                    source,
-                })?,
+            Backend::Sqlite($pool) => {
+                async { Ok::<_, sqlx::Error>($body) }
+                    .await
+                    .map_err(|source| StoreError::Database {
+                        store: StoreKind::Sqlite,
+                        source,
+                    })?
+            }
+            Backend::Postgres($pool) => {
+                async { Ok::<_, sqlx::Error>($body) }
+                    .await
+                    .map_err(|source| StoreError::Database {
+                        store: StoreKind::Postgres,
+                        source,
+                    })?
+            }
         }
     };
 }

@@ -284,11 +284,15 @@ impl PrivatePostgres {
             port,
             as_postgres,
         };
-        run(server
-            .command("initdb")
-            .arg("-D")
-            .arg(server.data())
-            .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"]));
+        run(server.command("initdb").arg("-D").arg(server.data()).args([
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ]));
         server.start_again();
         server
     }
@@ -328,11 +332,14 @@ impl PrivatePostgres {
     /// Stops the server the hard way (`pg_ctl stop -m immediate`: every connection cut, no
     /// checkpoint, crash recovery at the next start) and waits until it is gone. Blocking.
     pub fn stop_immediately(&self) {
-        run(self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(self.data())
-            .args(["-w", "-t", "60", "-m", "immediate", "stop"]));
+        run(self.command("pg_ctl").arg("-D").arg(self.data()).args([
+            "-w",
+            "-t",
+            "60",
+            "-m",
+            "immediate",
+            "stop",
+        ]));
     }
 
     /// The URL of its `postgres` database.
