@@ -17,8 +17,11 @@
 //! connected again: the spread the jittered reconnect backoff gives, and how many never came
 //! back (none should).
 //!
-//! Each watcher holds two sockets (its end and the center's): 10,000 watchers need more than
-//! 20,000 file descriptors; the bench says so and stops if `ulimit -n` is lower.
+//! Each watcher holds two sockets (its end and the center's). In one process 10,000 watchers
+//! need more than 20,000 file descriptors, so `--idle` runs the watchers in a child process
+//! (this bench again, `--watchers-of URL TOKEN N`) and the center alone in this one: its
+//! memory and CPU are the center's own. The bench stops, saying so, if `ulimit -n` is too
+//! low for what it would open.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::time::{Duration, Instant};
@@ -35,17 +38,6 @@ fn policy(attempts: u32) -> String {
     format!("[endpoints.default]\nretry = {{ max_attempts = {attempts} }}\n")
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[index.min(sorted.len() - 1)]
@@ -56,6 +48,9 @@ fn main() {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
+    if args.first().is_some_and(|a| a == "--watchers-of") {
+        return watchers_of(&args[1..]);
+    }
     let idle = args.first().is_some_and(|a| a == "--idle");
     let restart = args.first().is_some_and(|a| a == "--restart");
     let numbers: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
@@ -64,7 +59,9 @@ fn main() {
         .copied()
         .unwrap_or(if idle { 10_000 } else { 1_000 });
     let rounds = numbers.get(1).copied().unwrap_or(10);
-    let needed = 2 * watchers as u64 + 256;
+    // Both ends of every watch in this process, except with --idle (the watchers' ends are
+    // in the child).
+    let needed = if idle { 1 } else { 2 } * watchers as u64 + 256;
     let limit = open_files_limit();
     if limit < needed {
         eprintln!(
@@ -93,6 +90,73 @@ enum Mode {
     Restart,
 }
 
+/// The child of `--idle`: `--watchers-of URL TOKEN N` starts N watchers on the center at
+/// URL, prints `ready` once every one runs version 1, and holds them until its standard
+/// input closes.
+fn watchers_of(args: &[String]) {
+    let (base, token) = (args[0].clone(), args[1].clone());
+    let count: usize = args[2].parse().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let stacks = start_watchers(&base, &token, count);
+        for (_, watch) in &stacks {
+            watch.wait_for(|s| s.applied == Some(1)).await;
+        }
+        println!("ready");
+        tokio::task::spawn_blocking(|| {
+            let mut sink = String::new();
+            let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut sink);
+        })
+        .await
+        .unwrap();
+        drop(stacks);
+    });
+}
+
+/// `count` watchers of "svc", each with its own client stack.
+fn start_watchers(base: &str, token: &str, count: usize) -> Vec<(ClientLayer, CenterWatch)> {
+    (0..count)
+        .map(|i| {
+            let layer =
+                ClientLayer::from_policy_file(&PolicyFile::from_toml(&policy(2)).unwrap()).unwrap();
+            let config = CenterWatchConfig::new(base, "svc", &format!("svc-{i}"), token)
+                .with_backoff(
+                    Backoff::exponential(Duration::from_millis(50))
+                        .with_cap(Duration::from_secs(2))
+                        .with_jitter(Jitter::Full),
+                )
+                .with_seed(i as u64);
+            let watch = CenterWatch::start(layer.policies(), config).unwrap();
+            (layer, watch)
+        })
+        .collect()
+}
+
+/// Resident memory (KiB) and CPU time (user + system) of process `pid` (`self` for this
+/// one), from /proc.
+fn usage(pid: &str) -> (u64, Duration) {
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0);
+    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let after = s.rsplit_once(')')?.1;
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0);
+    (rss, Duration::from_millis(ticks * 10))
+}
+
 /// The soft limit of open files (`/proc/self/limits`).
 fn open_files_limit() -> u64 {
     std::fs::read_to_string("/proc/self/limits")
@@ -103,20 +167,6 @@ fn open_files_limit() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(3).and_then(|v| v.parse().ok()))
         })
         .unwrap_or(u64::MAX)
-}
-
-/// User and system CPU time of this process so far (`/proc/self/stat`, in clock ticks of
-/// 10 ms).
-fn cpu_time() -> Duration {
-    let ticks = std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|s| {
-            let after = s.rsplit_once(')')?.1;
-            let fields: Vec<&str> = after.split_whitespace().collect();
-            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-        })
-        .unwrap_or(0);
-    Duration::from_millis(ticks * 10)
 }
 
 /// Serves the center on `addr` until the sender is used (or dropped); the task ends when
@@ -134,6 +184,54 @@ async fn serve(
         let _ = stopped.await;
     }));
     (stop, task)
+}
+
+/// `--idle`: the watchers in a child process; the memory and CPU of this one, the center
+/// alone, and of the child.
+async fn idle_center(base: &str, token: &str, watchers: usize) {
+    let (before, _) = usage("self");
+    let started = Instant::now();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--watchers-of", base, token, &watchers.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+    })
+    .await
+    .unwrap();
+    println!(
+        "{watchers} watchers (child process) connected and on version 1 in {:.2?}",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pid = child.id().to_string();
+    let (center_rss, center_cpu) = usage("self");
+    let (child_rss, child_cpu) = usage(&pid);
+    println!(
+        "center resident memory: {} MiB before, {} MiB with {watchers} idle watchers ({:.1} KiB per watcher); the watchers' process: {} MiB",
+        before / 1024,
+        center_rss / 1024,
+        center_rss.saturating_sub(before) as f64 / watchers as f64,
+        child_rss / 1024
+    );
+    let wall = Instant::now();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let elapsed = wall.elapsed().as_secs_f64();
+    let center_used = usage("self").1.saturating_sub(center_cpu);
+    let child_used = usage(&pid).1.saturating_sub(child_cpu);
+    println!(
+        "CPU over {elapsed:.1} s idle (keep-alive comments every 15 s): center {center_used:.2?} ({:.2}% of one core), watchers' process {child_used:.2?} ({:.2}%)",
+        100.0 * center_used.as_secs_f64() / elapsed,
+        100.0 * child_used.as_secs_f64() / elapsed
+    );
+    drop(child.stdin.take());
+    let _ = child.wait();
 }
 
 async fn run(watchers: usize, rounds: usize, mode: Mode) {
@@ -175,22 +273,12 @@ async fn run(watchers: usize, rounds: usize, mode: Mode) {
     };
     assert_eq!(publish(1).await.unwrap().status(), 201);
 
-    let before = rss_kib();
-    let started = Instant::now();
-    let mut stacks = Vec::with_capacity(watchers);
-    for i in 0..watchers {
-        let layer =
-            ClientLayer::from_policy_file(&PolicyFile::from_toml(&policy(2)).unwrap()).unwrap();
-        let config = CenterWatchConfig::new(&base, "svc", &format!("svc-{i}"), &token)
-            .with_backoff(
-                Backoff::exponential(Duration::from_millis(50))
-                    .with_cap(Duration::from_secs(2))
-                    .with_jitter(Jitter::Full),
-            )
-            .with_seed(i as u64);
-        let watch = CenterWatch::start(layer.policies(), config).unwrap();
-        stacks.push((layer, watch));
+    if mode == Mode::Idle {
+        idle_center(&base, &token, watchers).await;
+        return;
     }
+    let started = Instant::now();
+    let stacks = start_watchers(&base, &token, watchers);
     for (_, watch) in &stacks {
         watch.wait_for(|s| s.applied == Some(1)).await;
     }
@@ -198,25 +286,6 @@ async fn run(watchers: usize, rounds: usize, mode: Mode) {
         "{watchers} watchers connected and on version 1 in {:.2?}",
         started.elapsed()
     );
-    if mode == Mode::Idle {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let after = rss_kib();
-        println!(
-            "resident memory: {} MiB before, {} MiB with {watchers} idle watchers ({:.1} KiB per watcher, center and client together)",
-            before / 1024,
-            after / 1024,
-            (after.saturating_sub(before)) as f64 / watchers as f64
-        );
-        let (cpu, wall) = (cpu_time(), Instant::now());
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        let used = cpu_time().saturating_sub(cpu);
-        println!(
-            "CPU while idle: {used:.2?} in {:.2?} ({:.2}% of one core, center and client together, keep-alives every 15 s)",
-            wall.elapsed(),
-            100.0 * used.as_secs_f64() / wall.elapsed().as_secs_f64()
-        );
-        return;
-    }
     if mode == Mode::Restart {
         let _ = stop.send(());
         serving.await.unwrap().unwrap();
