@@ -17,8 +17,8 @@
 //! connected again: the spread the jittered reconnect backoff gives, and how many never came
 //! back (none should).
 //!
-//! Each watcher holds two sockets (its end and the center's). In one process 10,000 watchers
-//! need more than 20,000 file descriptors, so `--idle` runs the watchers in a child process
+//! Each watcher holds two sockets (its end and the center's; its ACKs and polls keep no
+//! connection open). In one process 10,000 watchers need more than 20,000 file descriptors, so `--idle` runs the watchers in a child process
 //! (this bench again, `--watchers-of URL TOKEN N`) and the center alone in this one: its
 //! memory and CPU are the center's own. The bench stops, saying so, if `ulimit -n` is too
 //! low for what it would open.

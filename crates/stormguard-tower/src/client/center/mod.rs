@@ -172,8 +172,12 @@ impl CenterWatch {
         policies: &Policies<O>,
         config: CenterWatchConfig,
     ) -> Result<CenterWatch, CenterWatchError> {
+        // No idle connection kept: the stream holds one connection for good, and an ACK or
+        // a poll (one per version, one every poll interval) would otherwise keep a second
+        // one open on the center for each instance, doubling its sockets for nothing.
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
+            .pool_max_idle_per_host(0)
             .build()?;
         let (sender, state) = watch::channel(CenterState::default());
         let session = session::Session::new(policies.clone(), config, client, sender);
