@@ -194,12 +194,23 @@ pub(crate) async fn acknowledge(
     }
     let now = now_ms();
     if ack.applied {
-        let published = center
+        // The release in memory knows the stable and canary versions; an ACK that arrives
+        // after a newer publish is timed too (from the store), or the histogram would leave
+        // out exactly the slowest instances.
+        let known = center
             .hub()
             .current(&service)
             .await?
             .find(ack.version)
             .map(|s| s.created_ms);
+        let published = match known {
+            Some(created_ms) => Some(created_ms),
+            None => center
+                .store()
+                .version(&service, ack.version)
+                .await?
+                .map(|row| row.created_ms),
+        };
         if let Some(published) = published {
             let seconds = (now - published).max(0) as f64 / 1000.0;
             metrics::histogram!(PUBLISH_TO_ACK).record(seconds);
