@@ -88,6 +88,12 @@ export STORMGUARD_TEST_MYSQL_URL="mysql://root@127.0.0.1:3306/test"
 export STORMGUARD_TEST_REDIS_URL="redis://127.0.0.1:6379/"
 export STORMGUARD_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:5672/%2f"
 export STORMGUARD_TEST_NATS_URL="nats://127.0.0.1:4222"
+# PostgreSQL's programs (initdb, pg_ctl) for the tests that run a server of their own, to stop
+# and start it (the center's PostgreSQL restart test): the newest installed version.
+STORMGUARD_TEST_PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)
+[ -x "$STORMGUARD_TEST_PG_BIN/initdb" ] && [ -x "$STORMGUARD_TEST_PG_BIN/pg_ctl" ] \
+    || sg_fail "no PostgreSQL bin directory with initdb and pg_ctl under /usr/lib/postgresql"
+export STORMGUARD_TEST_PG_BIN
 export STORMGUARD_REQUIRE_ALL_STORES=1
 echo "ci: store and broker test URLs exported"
 

@@ -142,6 +142,19 @@ fn unauthorized(reason: &'static str, why: &'static str) -> ApiError {
     ApiError::Unauthorized(why)
 }
 
+/// The token of an `Authorization` value `Bearer <token>`. The scheme's name is
+/// case-insensitive (RFC 9110 §11.1: `bearer`, `BEARER` are the same scheme); the token is
+/// 1 to 256 characters with no space inside.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    let good = scheme.eq_ignore_ascii_case("bearer")
+        && !token.is_empty()
+        && token.len() <= 256
+        && !token.contains(char::is_whitespace);
+    good.then_some(token)
+}
+
 impl FromRequestParts<Center> for Caller {
     type Rejection = ApiError;
 
@@ -150,18 +163,12 @@ impl FromRequestParts<Center> for Caller {
             .headers
             .get(axum::http::header::AUTHORIZATION)
             .ok_or_else(|| unauthorized("missing", "no Authorization: Bearer token"))?;
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|token| !token.is_empty() && token.len() <= 256)
-            .ok_or_else(|| {
-                unauthorized(
-                    "malformed",
-                    "the Authorization header is not Bearer <token>",
-                )
-            })?;
+        let token = header.to_str().ok().and_then(bearer_token).ok_or_else(|| {
+            unauthorized(
+                "malformed",
+                "the Authorization header is not Bearer <token>",
+            )
+        })?;
         let row = center
             .store()
             .token(&token_hash(token))
@@ -174,5 +181,33 @@ impl FromRequestParts<Center> for Caller {
             role,
             service: row.service,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_matched_without_regard_to_case() {
+        for value in [
+            "Bearer sg_1",
+            "bearer sg_1",
+            "BEARER  sg_1 ",
+            " BeArEr sg_1",
+        ] {
+            assert_eq!(bearer_token(value), Some("sg_1"), "{value:?}");
+        }
+        for value in [
+            "Basic sg_1",
+            "Bearer",
+            "Bearer ",
+            "Bearersg_1",
+            "Bearer a b",
+            "sg_1",
+        ] {
+            assert_eq!(bearer_token(value), None, "{value:?}");
+        }
+        assert_eq!(bearer_token(&format!("Bearer {}", "x".repeat(257))), None);
     }
 }

@@ -7,6 +7,11 @@
 //! publish costs one store read and one send, however many instances watch. After every
 //! change the replica that made it refreshes the channel from the store; with PostgreSQL,
 //! the other replicas do the same when the change's notification reaches them.
+//!
+//! The hub holds the services watched on this replica and no others: a watch makes its
+//! service's channel (loading it from the store), the last watcher to leave removes it, and
+//! a read (a status, a poll, an ACK) uses the channel if there is one and reads the store
+//! if not, never making one. Whatever names callers send, memory follows the watchers.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -94,11 +99,13 @@ impl Release {
     }
 }
 
+type Services = Mutex<HashMap<String, watch::Sender<Arc<Release>>>>;
+
 /// The releases of the services watched on this replica.
 #[derive(Debug)]
 pub(crate) struct Hub {
     store: Store,
-    services: Mutex<HashMap<String, watch::Sender<Arc<Release>>>>,
+    services: Arc<Services>,
     /// One refresh at a time: a refresh that read the store later always sends later, so
     /// two refreshes racing cannot leave the older release in the channel.
     refreshing: tokio::sync::Mutex<()>,
@@ -108,22 +115,42 @@ impl Hub {
     pub(crate) fn new(store: Store) -> Hub {
         Hub {
             store,
-            services: Mutex::new(HashMap::new()),
+            services: Arc::new(Mutex::new(HashMap::new())),
             refreshing: tokio::sync::Mutex::new(()),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<Arc<Release>>>> {
-        self.services
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.services)
     }
 
-    /// A receiver of the service's release, loading it from the store the first time.
-    pub(crate) async fn subscribe(
-        &self,
-        service: &str,
-    ) -> Result<watch::Receiver<Arc<Release>>, StoreError> {
+    /// The service's release now: the watched one, or read from the store (without
+    /// keeping it) when nobody here watches the service.
+    pub(crate) async fn current(&self, service: &str) -> Result<Arc<Release>, StoreError> {
+        if let Some(sender) = self.lock().get(service) {
+            return Ok(sender.borrow().clone());
+        }
+        Ok(Arc::new(load(&self.store, service).await?))
+    }
+
+    /// Whether the hub holds the service's channel (someone here watches it).
+    #[cfg(test)]
+    fn holds(&self, service: &str) -> bool {
+        self.lock().contains_key(service)
+    }
+
+    /// A watcher's subscription to the service's release, loading it from the store the
+    /// first time; the channel goes when its last subscription does.
+    pub(crate) async fn subscribe(&self, service: &str) -> Result<Subscription, StoreError> {
+        let receiver = self.receiver(service).await?;
+        Ok(Subscription {
+            receiver,
+            service: service.to_owned(),
+            services: Arc::clone(&self.services),
+        })
+    }
+
+    async fn receiver(&self, service: &str) -> Result<watch::Receiver<Arc<Release>>, StoreError> {
         if let Some(sender) = self.lock().get(service) {
             return Ok(sender.subscribe());
         }
@@ -173,6 +200,39 @@ impl Hub {
     }
 }
 
+fn lock(
+    services: &Services,
+) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<Arc<Release>>>> {
+    services
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One watcher's receiver of its service's release. Dropping the last one of a service
+/// removes the service's channel from the hub.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    pub(crate) receiver: watch::Receiver<Arc<Release>>,
+    service: String,
+    services: Arc<Services>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut services = lock(&self.services);
+        // Under the lock no receiver is added (the hub's only receivers come from
+        // `Sender::subscribe`, under this lock): one receiver left is this one. The channel
+        // may also be a newer one made after a `close`; that is not ours to remove.
+        let last = services.get(&self.service).is_some_and(|sender| {
+            let ours = sender.subscribe().same_channel(&self.receiver);
+            ours && sender.receiver_count() == 1
+        });
+        if last {
+            services.remove(&self.service);
+        }
+    }
+}
+
 async fn load(store: &Store, service: &str) -> Result<Release, StoreError> {
     let Some(row) = store.release(service).await? else {
         return Ok(Release::default());
@@ -211,6 +271,45 @@ mod tests {
                 prop_assert!(Selector::Share(large).selects(&id, &none));
             }
         }
+    }
+
+    async fn memory_store() -> Store {
+        Store::open("sqlite::memory:").await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn reads_make_no_channel_and_the_last_watcher_removes_it() {
+        let hub = Hub::new(memory_store().await);
+        // Any well-formed name may be read; none stays.
+        for i in 0..100 {
+            assert!(
+                hub.current(&format!("svc-{i}"))
+                    .await
+                    .unwrap()
+                    .stable
+                    .is_none()
+            );
+        }
+        assert!(hub.lock().is_empty());
+        let one = hub.subscribe("orders").await.unwrap();
+        let two = hub.subscribe("orders").await.unwrap();
+        assert!(hub.holds("orders"));
+        drop(one);
+        assert!(hub.holds("orders"), "a watcher is left");
+        drop(two);
+        assert!(!hub.holds("orders"));
+    }
+
+    #[tokio::test]
+    async fn a_watcher_of_a_closed_channel_does_not_remove_the_new_one() {
+        let hub = Hub::new(memory_store().await);
+        let old = hub.subscribe("orders").await.unwrap();
+        hub.close();
+        let new = hub.subscribe("orders").await.unwrap();
+        drop(old);
+        assert!(hub.holds("orders"));
+        drop(new);
+        assert!(!hub.holds("orders"));
     }
 
     #[test]

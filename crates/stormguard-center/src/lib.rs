@@ -29,9 +29,17 @@
 //!
 //! # HTTP API
 //!
-//! Every route but `/healthz` needs `Authorization: Bearer <token>`. Bodies are JSON, at
-//! most [`CenterConfig::body_limit`] bytes (413 beyond). Errors are
-//! `{"status": …, "error": "…"}` naming what was wrong.
+//! The API is described by an OpenAPI 3.1 document (`openapi.json` in this crate), which
+//! the center serves at `GET /openapi.json` without a token: it tells how to call the
+//! center, nothing about its data (a test checks that it lists exactly the router's routes
+//! and that real answers validate against it).
+//!
+//! Every route but `/healthz` and `/openapi.json` needs `Authorization: Bearer <token>`
+//! (the scheme's name in any case). Bodies are JSON, at most [`CenterConfig::body_limit`]
+//! bytes (413 beyond). Every error, axum's own refusals included (a body that is not JSON,
+//! a missing content type, an unknown route or method), is `{"status": …, "error": "…"}`
+//! naming what was wrong; a store failure is a 503 naming the store and the id of the log
+//! line that holds the cause, never the driver's message.
 //!
 //! | route | role | what |
 //! |-------|------|------|
@@ -47,6 +55,8 @@
 //! | `GET /v1/audit?service=&limit=` | viewer | [`AuditRecord`]s, newest first |
 //! | `POST /v1/tokens` | admin | `{name, role, service?}` → `{token}` |
 //! | `GET /metrics` | viewer | Prometheus text (see [`metric_names`]) |
+//! | `GET /openapi.json` | none | the OpenAPI 3.1 document of this API |
+//! | `GET /healthz` | none | `ok` |
 //!
 //! # Example
 //!
@@ -79,5 +89,5 @@ pub use auth::{Caller, Role, new_token};
 pub use error::ApiError;
 pub use hub::Selector;
 pub use server::{Center, CenterConfig};
-pub use store::{Store, StoreError};
+pub use store::{ACQUIRE_TIMEOUT, Store, StoreError, StoreKind};
 pub use version::{FieldChange, Snapshot, Version, canonical_text, changed_fields, content_hash};

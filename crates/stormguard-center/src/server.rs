@@ -8,7 +8,10 @@ use tokio::net::TcpListener;
 
 use crate::auth::{Role, new_token, token_hash};
 use crate::hub::Hub;
-use crate::store::{NOTIFY_CHANNEL, Store, StoreError, TokenRow};
+use stormguard::backoff::{Backoff, Jitter};
+use stormguard::retry::{RandomSource as _, SeededRandom};
+
+use crate::store::{NOTIFY_CHANNEL, Store, StoreError, StoreKind, TokenRow};
 
 /// How a center runs.
 ///
@@ -95,10 +98,12 @@ impl Center {
             }),
         };
         if let Some(pool) = store.postgres_pool() {
-            let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
-            listener.listen(NOTIFY_CHANNEL).await?;
+            let listener = listen(pool).await.map_err(|source| StoreError::Database {
+                store: StoreKind::Postgres,
+                source,
+            })?;
             let weak = Arc::downgrade(&center.inner);
-            let task = tokio::spawn(follow_other_replicas(listener, weak));
+            let task = tokio::spawn(follow_other_replicas(listener, pool.clone(), weak));
             *center
                 .inner
                 .listener
@@ -183,30 +188,74 @@ impl Center {
     }
 }
 
-/// Refreshes this replica's watched services whenever another replica announces a change;
-/// after a lost connection (missed notifications) it refreshes them all.
+/// A connection listening on [`NOTIFY_CHANNEL`]. It does not reconnect by itself: a lost
+/// connection ends [`PgListener::try_recv`](sqlx::postgres::PgListener::try_recv) at once,
+/// and [`follow_other_replicas`] reconnects and catches up.
+async fn listen(pool: &sqlx::PgPool) -> Result<sqlx::postgres::PgListener, sqlx::Error> {
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+    listener.eager_reconnect(false);
+    listener.listen(NOTIFY_CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Refreshes this replica's watched services whenever another replica announces a change.
+///
+/// Notifications sent while no connection listens are lost (PostgreSQL restarted, the
+/// network cut): after a lost connection it connects again (retrying with a jittered
+/// backoff from 50 ms to 2 s while the database is down) and then refreshes every watched
+/// service, so that a change made in the gap reaches the watchers all the same.
 async fn follow_other_replicas(
     mut listener: sqlx::postgres::PgListener,
+    pool: sqlx::PgPool,
     center: std::sync::Weak<Inner>,
 ) {
+    let backoff = Backoff::exponential(Duration::from_millis(50))
+        .with_cap(Duration::from_secs(2))
+        .with_jitter(Jitter::Full);
+    let mut rng = SeededRandom::from_entropy().rng();
     loop {
-        let received = listener.try_recv().await;
-        let Some(inner) = center.upgrade() else {
-            return;
-        };
-        let refreshed = match received {
-            Ok(Some(notification)) => inner.hub.refresh(notification.payload()).await,
-            Ok(None) => inner.hub.refresh_all().await,
-            Err(error) => {
-                tracing::warn!(%error, "stormguard center: LISTEN connection lost; retrying");
-                drop(inner);
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
+        let lost = loop {
+            let received = listener.try_recv().await;
+            let Some(inner) = center.upgrade() else {
+                return;
+            };
+            match received {
+                Ok(Some(notification)) => {
+                    if let Err(error) = inner.hub.refresh(notification.payload()).await {
+                        tracing::warn!(%error, "stormguard center: refreshing after a notification failed");
+                    }
+                }
+                Ok(None) => break "closed".to_owned(),
+                Err(error) => break error.to_string(),
             }
         };
-        if let Err(error) = refreshed {
-            tracing::warn!(%error, "stormguard center: refreshing after a notification failed");
-        }
+        tracing::warn!(error = %lost, "stormguard center: LISTEN connection lost; reconnecting");
+        let mut failures = 0u32;
+        let mut previous = None;
+        listener = loop {
+            failures = failures.saturating_add(1);
+            let delay = backoff.delay(failures, previous, &mut rng);
+            previous = Some(delay);
+            tokio::time::sleep(delay).await;
+            let Some(inner) = center.upgrade() else {
+                return;
+            };
+            let caught_up = match listen(&pool).await {
+                // Listening before reading: a change after the read is notified.
+                Ok(listener) => inner.hub.refresh_all().await.map(|()| listener),
+                Err(error) => Err(StoreError::Database {
+                    store: StoreKind::Postgres,
+                    source: error,
+                }),
+            };
+            match caught_up {
+                Ok(listener) => break listener,
+                Err(error) => {
+                    tracing::warn!(%error, "stormguard center: LISTEN reconnect failed; retrying");
+                }
+            }
+        };
+        tracing::info!("stormguard center: LISTEN connection restored; watched services refreshed");
     }
 }
 

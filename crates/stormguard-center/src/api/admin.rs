@@ -89,7 +89,8 @@ pub(crate) async fn status(
     axum::extract::Path(service): axum::extract::Path<String>,
 ) -> Result<Json<Status>, ApiError> {
     caller.may_read(&service)?;
-    let release = center.hub().subscribe(&service).await?.borrow().clone();
+    check_name("service", &service)?;
+    let release = center.hub().current(&service).await?;
     let rows = center.store().instances(&service).await?;
     let instances = rows
         .into_iter()

@@ -6,59 +6,174 @@ mod watch;
 
 use std::collections::BTreeMap;
 
-use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
 use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, Method, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodFilter, MethodRouter, on};
 use stormguard::limit::{Aimd, LimiterConfig};
 use stormguard_tower::limit::AdaptiveLimitLayer;
 
 use crate::error::ApiError;
-use crate::server::Center;
+use crate::server::{Center, CenterConfig};
+use Verb::{Get, Post};
 
 /// The longest service name, instance id, label key or value.
 const MAX_NAME: usize = 128;
 /// The most labels one instance may carry.
 const MAX_LABELS: usize = 32;
 
+/// The OpenAPI 3.1 document of the API, served at `GET /openapi.json`.
+pub(crate) const OPENAPI: &str = include_str!("../../openapi.json");
+
 pub(crate) fn router(center: Center) -> Router {
     let limit = center.config().body_limit;
-    let admissions = center.config().watch_admissions.max(1);
+    routes(center.config())
+        .router
+        .fallback(no_route)
+        .layer(axum::middleware::map_response(json_errors))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(center)
+}
+
+/// The HTTP methods the API uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verb {
+    Get,
+    Post,
+}
+
+impl Verb {
+    fn filter(self) -> MethodFilter {
+        match self {
+            Verb::Get => MethodFilter::GET,
+            Verb::Post => MethodFilter::POST,
+        }
+    }
+
+    /// The method's name, lowercase as an OpenAPI path item names it.
+    #[cfg(test)]
+    pub(crate) fn openapi_name(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::Post => "post",
+        }
+    }
+}
+
+/// The routes, and the list of them: built together, so the list (which the OpenAPI
+/// document is checked against) cannot miss one.
+pub(crate) struct Routes {
+    router: Router<Center>,
+    pub(crate) table: Vec<(Verb, &'static str)>,
+}
+
+impl Routes {
+    fn add(
+        mut self,
+        verb: Verb,
+        path: &'static str,
+        endpoint: impl FnOnce(MethodFilter) -> MethodRouter<Center>,
+    ) -> Routes {
+        self.router = self.router.route(path, endpoint(verb.filter()));
+        self.table.push((verb, path));
+        self
+    }
+}
+
+pub(crate) fn routes(config: &CenterConfig) -> Routes {
+    let admissions = config.watch_admissions.max(1);
     let admission = AdaptiveLimitLayer::builder(LimiterConfig::new(
         Aimd::new().with_limits(admissions, admissions, admissions),
     ))
     .with_retry_after(Duration::from_secs(1))
     .build();
-    let watch = match admission {
-        Ok(admission) => get(watch::watch).route_layer(admission),
+    let watch = |filter| match admission {
+        Ok(admission) => on(filter, watch::watch).route_layer(admission),
         // A fixed limit of at least one is always valid; without it, admit everyone.
-        Err(_) => get(watch::watch),
+        Err(_) => on(filter, watch::watch),
     };
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/metrics", get(admin::metrics))
-        .route("/v1/audit", get(admin::audit))
-        .route("/v1/tokens", post(admin::create_token))
-        .route(
-            "/v1/services/{service}/versions",
-            get(versions::history).post(versions::publish),
-        )
-        .route(
-            "/v1/services/{service}/versions/{version}",
-            get(versions::one),
-        )
-        .route("/v1/services/{service}/rollback", post(versions::rollback))
-        .route(
-            "/v1/services/{service}/canary/promote",
-            post(versions::promote),
-        )
-        .route("/v1/services/{service}/canary/abort", post(versions::abort))
-        .route("/v1/services/{service}/status", get(admin::status))
-        .route("/v1/services/{service}/policy", get(watch::poll))
-        .route("/v1/services/{service}/watch", watch)
-        .route("/v1/services/{service}/acks", post(watch::acknowledge))
-        .layer(DefaultBodyLimit::max(limit))
-        .with_state(center)
+    Routes {
+        router: Router::new(),
+        table: Vec::new(),
+    }
+    .add(Get, "/healthz", |m| on(m, || async { "ok" }))
+    .add(Get, "/openapi.json", |m| on(m, openapi))
+    .add(Get, "/metrics", |m| on(m, admin::metrics))
+    .add(Get, "/v1/audit", |m| on(m, admin::audit))
+    .add(Post, "/v1/tokens", |m| on(m, admin::create_token))
+    .add(Get, "/v1/services/{service}/versions", |m| {
+        on(m, versions::history)
+    })
+    .add(Post, "/v1/services/{service}/versions", |m| {
+        on(m, versions::publish)
+    })
+    .add(Get, "/v1/services/{service}/versions/{version}", |m| {
+        on(m, versions::one)
+    })
+    .add(Post, "/v1/services/{service}/rollback", |m| {
+        on(m, versions::rollback)
+    })
+    .add(Post, "/v1/services/{service}/canary/promote", |m| {
+        on(m, versions::promote)
+    })
+    .add(Post, "/v1/services/{service}/canary/abort", |m| {
+        on(m, versions::abort)
+    })
+    .add(Get, "/v1/services/{service}/status", |m| {
+        on(m, admin::status)
+    })
+    .add(Get, "/v1/services/{service}/policy", |m| on(m, watch::poll))
+    .add(Get, "/v1/services/{service}/watch", watch)
+    .add(Post, "/v1/services/{service}/acks", |m| {
+        on(m, watch::acknowledge)
+    })
+}
+
+async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+}
+
+async fn no_route(method: Method, uri: Uri) -> ApiError {
+    ApiError::NotFound(format!("no route {method} {}", uri.path()))
+}
+
+/// Rewrites an error that axum answered itself as the API's JSON error: a body that is not
+/// JSON or not the expected fields (400, 415, 422), a path parameter of the wrong type, a
+/// method the route lacks (405), a body over the limit (413). Its text becomes `error`; the
+/// status and the other headers (`Allow`, `Retry-After`) stay.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if is_json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .unwrap_or_default();
+    let error = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("error")
+            .to_ascii_lowercase()
+    } else {
+        text
+    };
+    let body = serde_json::json!({ "status": status.as_u16(), "error": error }).to_string();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, Body::from(body))
 }
 
 /// A name the center stores and shows: 1 to 128 characters of `A-Z a-z 0-9 . _ -` (a
@@ -127,6 +242,39 @@ mod tests {
             let text = labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
             prop_assert_eq!(parse_labels(Some(&text)).unwrap(), labels);
         }
+    }
+
+    /// The OpenAPI document names exactly the routes the router serves: a route added,
+    /// removed or renamed on one side only fails here.
+    #[test]
+    fn the_openapi_document_lists_exactly_the_routes() {
+        let document: serde_json::Value = serde_json::from_str(OPENAPI).unwrap();
+        assert!(document["openapi"].as_str().unwrap().starts_with("3."));
+        let mut documented: Vec<(String, String)> = document["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .flat_map(|(path, item)| {
+                item.as_object()
+                    .unwrap()
+                    .keys()
+                    .filter(|key| {
+                        [
+                            "get", "put", "post", "delete", "patch", "head", "options", "trace",
+                        ]
+                        .contains(&key.as_str())
+                    })
+                    .map(move |method| (method.clone(), path.clone()))
+            })
+            .collect();
+        let mut served: Vec<(String, String)> = routes(&CenterConfig::default())
+            .table
+            .into_iter()
+            .map(|(verb, path)| (verb.openapi_name().to_owned(), path.to_owned()))
+            .collect();
+        documented.sort();
+        served.sort();
+        assert_eq!(documented, served);
     }
 
     #[test]

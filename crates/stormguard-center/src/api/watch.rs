@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -19,12 +18,11 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use serde::Deserialize;
-use tokio::sync::watch;
 
 use super::{check_name, parse_labels};
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::hub::Release;
+use crate::hub::Subscription;
 use crate::metric_names::{NACKS, PUBLISH_TO_ACK, WATCHERS};
 use crate::server::{Center, now_ms};
 use crate::store::NewAudit;
@@ -97,7 +95,7 @@ pub(crate) async fn watch(
 
 /// One instance's watch.
 struct WatchStream {
-    releases: watch::Receiver<Arc<Release>>,
+    releases: Subscription,
     instance: String,
     labels: BTreeMap<String, String>,
     /// The version last sent (or named by `Last-Event-ID`).
@@ -109,7 +107,7 @@ impl WatchStream {
     async fn next(mut self) -> Option<(Result<Event, Infallible>, WatchStream)> {
         loop {
             let target = {
-                let release = self.releases.borrow_and_update();
+                let release = self.releases.receiver.borrow_and_update();
                 release.target(&self.instance, &self.labels).cloned()
             };
             if let Some(snapshot) = target {
@@ -119,7 +117,7 @@ impl WatchStream {
                 }
             }
             // The sender is dropped when the replica shuts down: the stream ends.
-            self.releases.changed().await.ok()?;
+            self.releases.receiver.changed().await.ok()?;
         }
     }
 }
@@ -157,9 +155,8 @@ pub(crate) async fn poll(
     caller.may_read(&service)?;
     check_name("service", &service)?;
     let labels = who.checked()?;
-    let releases = center.hub().subscribe(&service).await?;
-    let snapshot = releases
-        .borrow()
+    let release = center.hub().current(&service).await?;
+    let snapshot = release
         .target(&who.instance, &labels)
         .cloned()
         .ok_or_else(|| ApiError::NotFound(format!("{service} has no published version")))?;
@@ -197,13 +194,23 @@ pub(crate) async fn acknowledge(
     }
     let now = now_ms();
     if ack.applied {
-        let published = center
+        // The release in memory knows the stable and canary versions; an ACK that arrives
+        // after a newer publish is timed too (from the store), or the histogram would leave
+        // out exactly the slowest instances.
+        let known = center
             .hub()
-            .subscribe(&service)
+            .current(&service)
             .await?
-            .borrow()
             .find(ack.version)
             .map(|s| s.created_ms);
+        let published = match known {
+            Some(created_ms) => Some(created_ms),
+            None => center
+                .store()
+                .version(&service, ack.version)
+                .await?
+                .map(|row| row.created_ms),
+        };
         if let Some(published) = published {
             let seconds = (now - published).max(0) as f64 / 1000.0;
             metrics::histogram!(PUBLISH_TO_ACK).record(seconds);

@@ -33,12 +33,40 @@ static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations
 /// the service's name).
 pub(crate) const NOTIFY_CHANNEL: &str = "stormguard_center";
 
+/// The longest a request waits for a database connection before it fails with
+/// [`StoreError::Database`] (the pools of [`Store::open`]).
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Which database a store is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    /// An SQLite file (or memory).
+    Sqlite,
+    /// A PostgreSQL server.
+    Postgres,
+}
+
+impl std::fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StoreKind::Sqlite => "SQLite store",
+            StoreKind::Postgres => "PostgreSQL store",
+        })
+    }
+}
+
 /// Why the store could not do what was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database refused or could not be reached.
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
+    #[error("{store}: {source}")]
+    Database {
+        /// Which database.
+        store: StoreKind,
+        /// What the driver said.
+        #[source]
+        source: sqlx::Error,
+    },
     /// The migrations could not be applied.
     #[error("migrations: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -68,11 +96,26 @@ pub struct Store {
 }
 
 /// Runs `$body` with `$pool` bound to whichever pool the store has: one SQL text, two drivers.
+/// A driver error (`?` inside `$body`) becomes a [`StoreError::Database`] naming the store.
 macro_rules! on_pool {
     ($store:expr, |$pool:ident| $body:expr) => {
         match &$store.backend {
-            Backend::Sqlite($pool) => $body,
-            Backend::Postgres($pool) => $body,
+            Backend::Sqlite($pool) => {
+                async { Ok::<_, sqlx::Error>($body) }
+                    .await
+                    .map_err(|source| StoreError::Database {
+                        store: StoreKind::Sqlite,
+                        source,
+                    })?
+            }
+            Backend::Postgres($pool) => {
+                async { Ok::<_, sqlx::Error>($body) }
+                    .await
+                    .map_err(|source| StoreError::Database {
+                        store: StoreKind::Postgres,
+                        source,
+                    })?
+            }
         }
     };
 }
@@ -141,31 +184,54 @@ impl Store {
     ///
     /// SQLite runs in WAL mode with a 10 s busy timeout, and creates the file if it is
     /// missing; an in-memory database has one connection (each connection would otherwise
-    /// have its own database).
+    /// have its own database). A request waits at most [`ACQUIRE_TIMEOUT`] for a
+    /// connection: with the database down it fails in seconds (503), not after the
+    /// driver's default half minute.
     pub async fn open(url: &str) -> Result<Store, StoreError> {
         let store = if url.starts_with("sqlite:") {
-            let options = SqliteConnectOptions::from_str(url)?
+            let sqlite = |source| StoreError::Database {
+                store: StoreKind::Sqlite,
+                source,
+            };
+            let options = SqliteConnectOptions::from_str(url)
+                .map_err(sqlite)?
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 .busy_timeout(Duration::from_secs(10));
             let connections = if url.contains(":memory:") { 1 } else { 4 };
             let pool = SqlitePoolOptions::new()
                 .max_connections(connections)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
                 .connect_with(options)
-                .await?;
+                .await
+                .map_err(sqlite)?;
             Store::sqlite(pool)
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            let options = PgConnectOptions::from_str(url)?;
+            let postgres = |source| StoreError::Database {
+                store: StoreKind::Postgres,
+                source,
+            };
+            let options = PgConnectOptions::from_str(url).map_err(postgres)?;
             let pool = PgPoolOptions::new()
                 .max_connections(16)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
                 .connect_with(options)
-                .await?;
+                .await
+                .map_err(postgres)?;
             Store::postgres(pool)
         } else {
             return Err(StoreError::Url(url.to_owned()));
         };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// Which database the store is on.
+    pub fn kind(&self) -> StoreKind {
+        match self.backend {
+            Backend::Sqlite(_) => StoreKind::Sqlite,
+            Backend::Postgres(_) => StoreKind::Postgres,
+        }
     }
 
     /// A store on an SQLite pool (call [`migrate`](Self::migrate) once).

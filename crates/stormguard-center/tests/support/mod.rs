@@ -232,3 +232,143 @@ impl Api {
 pub fn attempts(n: u32) -> String {
     format!("[endpoints.default]\nretry = {{ max_attempts = {n} }}\n")
 }
+
+/// The bin directory of a PostgreSQL installation (`initdb`, `pg_ctl`) for a server of the
+/// test's own, from `STORMGUARD_TEST_PG_BIN` (`.ci/stores.sh` sets it); fails when the
+/// servers are required (CI), else prints a loud SKIPPED line.
+pub fn private_postgres_bin(test: &str) -> Option<std::path::PathBuf> {
+    match std::env::var("STORMGUARD_TEST_PG_BIN") {
+        Ok(bin) if !bin.is_empty() => Some(bin.into()),
+        _ => {
+            if std::env::var("STORMGUARD_REQUIRE_ALL_STORES").as_deref() == Ok("1") {
+                panic!("STORMGUARD_TEST_PG_BIN is not set but STORMGUARD_REQUIRE_ALL_STORES=1");
+            }
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: {test}: STORMGUARD_TEST_PG_BIN (PostgreSQL's bin directory) not set"
+            );
+            None
+        }
+    }
+}
+
+/// A PostgreSQL server of one test alone: a new cluster in a temporary directory, on a
+/// free port of 127.0.0.1, trusting local connections. The test may stop and start it,
+/// which the shared server on :5432 (other tests use it at the same time) must never be.
+/// As root (CI) the server runs as the `postgres` user, which PostgreSQL requires.
+pub struct PrivatePostgres {
+    bin: std::path::PathBuf,
+    dir: tempfile::TempDir,
+    port: u16,
+    as_postgres: bool,
+}
+
+impl PrivatePostgres {
+    /// Makes the cluster (`initdb`) and starts the server (`pg_ctl start`, which waits until
+    /// it accepts connections). Blocking: call it from `spawn_blocking`.
+    pub fn start(bin: &std::path::Path) -> PrivatePostgres {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let as_postgres = run(std::process::Command::new("id").arg("-u")).trim() == "0";
+        if as_postgres {
+            run(std::process::Command::new("chown")
+                .arg("postgres:")
+                .arg(dir.path()));
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let server = PrivatePostgres {
+            bin: bin.to_owned(),
+            dir,
+            port,
+            as_postgres,
+        };
+        run(server.command("initdb").arg("-D").arg(server.data()).args([
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ]));
+        server.start_again();
+        server
+    }
+
+    fn data(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn command(&self, program: &str) -> std::process::Command {
+        let program = self.bin.join(program);
+        if self.as_postgres {
+            let mut command = std::process::Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(program);
+            command
+        } else {
+            std::process::Command::new(program)
+        }
+    }
+
+    /// Starts the stopped server on its port and waits (at most 60 s) until it accepts
+    /// connections. Blocking.
+    pub fn start_again(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.path().display()
+        );
+        run(self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .arg("-l")
+            .arg(self.dir.path().join("server.log"))
+            .args(["-w", "-t", "60", "-o", &options, "start"]));
+    }
+
+    /// Stops the server the hard way (`pg_ctl stop -m immediate`: every connection cut, no
+    /// checkpoint, crash recovery at the next start) and waits until it is gone. Blocking.
+    pub fn stop_immediately(&self) {
+        run(self.command("pg_ctl").arg("-D").arg(self.data()).args([
+            "-w",
+            "-t",
+            "60",
+            "-m",
+            "immediate",
+            "stop",
+        ]));
+    }
+
+    /// The URL of its `postgres` database.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-w", "-t", "60", "-m", "immediate", "stop"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// Runs a command to its end; its standard output, or a panic with its output when it fails.
+fn run(command: &mut std::process::Command) -> String {
+    let output = command.output().expect("the command runs");
+    assert!(
+        output.status.success(),
+        "{command:?} failed: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}

@@ -15,6 +15,11 @@
 //! - **The connection drops**: the watch reconnects after a jittered delay drawn from
 //!   stormguard's own [`Backoff`] (full jitter, so a thousand instances that lost the same
 //!   center do not come back in the same millisecond), resuming with `Last-Event-ID`.
+//! - **The center sheds the reconnect** (503 or 429 while a restart's reconnect storm is
+//!   admitted a few at a time): the next try waits at least the `Retry-After` and no poll is
+//!   sent meanwhile, so a refused instance adds no load.
+//! - **A snapshot is damaged on the way** (or a last-good file edited by hand): its policy
+//!   must hash to its SHA-256; one that does not is NACKed with the reason, never applied.
 //! - **Events are lost on the way** (a proxy that buffers streams): a conditional poll
 //!   (`If-None-Match`) every [`poll_interval`](CenterWatchConfig::with_poll_interval), and
 //!   after each failed connection, fetches the version if the stream did not bring it.
@@ -167,8 +172,12 @@ impl CenterWatch {
         policies: &Policies<O>,
         config: CenterWatchConfig,
     ) -> Result<CenterWatch, CenterWatchError> {
+        // No idle connection kept: the stream holds one connection for good, and an ACK or
+        // a poll (one per version, one every poll interval) would otherwise keep a second
+        // one open on the center for each instance, doubling its sockets for nothing.
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
+            .pool_max_idle_per_host(0)
             .build()?;
         let (sender, state) = watch::channel(CenterState::default());
         let session = session::Session::new(policies.clone(), config, client, sender);

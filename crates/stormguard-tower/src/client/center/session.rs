@@ -1,9 +1,10 @@
 //! The watch's loop: connect, apply what arrives, acknowledge, poll, reconnect.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
+use stormguard::classify::parse_retry_after;
 use stormguard::policy::PolicyFile;
 use stormguard::retry::{RandomSource, SeededRandom};
 use tokio::sync::watch;
@@ -23,6 +24,47 @@ struct Snapshot {
     version: u64,
     hash: String,
     policy: String,
+}
+
+impl Snapshot {
+    /// The policies, if `policy` is the text `hash` names (the SHA-256, in hex): a snapshot
+    /// cut or changed on the way, or a last-good file edited by hand, is refused whole.
+    fn policies(&self) -> Result<PolicyFile, String> {
+        use sha2::Digest as _;
+        use std::fmt::Write as _;
+        let digest = sha2::Sha256::digest(self.policy.as_bytes());
+        let actual = digest.iter().fold(String::with_capacity(64), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        });
+        if !actual.eq_ignore_ascii_case(&self.hash) {
+            return Err(format!(
+                "content hash mismatch: the snapshot names {:?}, its policy hashes to {actual}",
+                cut(&self.hash)
+            ));
+        }
+        PolicyFile::from_toml(&self.policy).map_err(|e| e.to_string())
+    }
+}
+
+/// At most 80 characters of `text`, for quoting a value from the network in an error.
+fn cut(text: &str) -> String {
+    text.chars().take(80).collect()
+}
+
+/// How one connection to the center (its stream, or the NATS bucket) ended.
+#[derive(Debug)]
+enum Ended {
+    /// It opened and delivered until it closed.
+    Delivered,
+    /// It could not open.
+    Failed(String),
+    /// The center shed it (429, or 503: a reconnect storm is being admitted a few at a
+    /// time). No poll follows at once, and the next try waits at least `retry_after`.
+    Shed {
+        error: String,
+        retry_after: Duration,
+    },
 }
 
 pub(super) struct Session<O> {
@@ -57,21 +99,34 @@ impl<O: Observer> Session<O> {
         let mut failures = 0u32;
         let mut previous = None;
         loop {
-            let opened = self.connect().await;
+            let ended = self.connect().await;
             self.state.send_modify(|s| s.connected = false);
-            if let Err(error) = &opened {
-                self.note(error);
-            }
+            let mut at_least = Duration::ZERO;
             // A connection that delivered starts the count again.
-            failures = if matches!(opened, Ok(true)) {
-                1
-            } else {
-                failures.saturating_add(1)
+            failures = match &ended {
+                Ended::Delivered => 1,
+                Ended::Failed(error) => {
+                    self.note(error);
+                    failures.saturating_add(1)
+                }
+                Ended::Shed { error, retry_after } => {
+                    self.note(error);
+                    at_least = *retry_after;
+                    failures.saturating_add(1)
+                }
             };
-            if let Err(error) = self.poll().await {
-                self.note(&error);
+            // A center shedding load is not asked again at once: the poll waits for the
+            // next try, after the delay.
+            if !matches!(ended, Ended::Shed { .. }) {
+                if let Err(error) = self.poll().await {
+                    self.note(&error);
+                }
             }
-            let delay = self.config.backoff.delay(failures, previous, &mut rng);
+            let delay = self
+                .config
+                .backoff
+                .delay(failures, previous, &mut rng)
+                .max(at_least);
             previous = Some(delay);
             tokio::time::sleep(delay).await;
         }
@@ -97,7 +152,7 @@ impl<O: Observer> Session<O> {
             .map_err(|e| e.to_string())
             .and_then(|text| serde_json::from_str::<Snapshot>(&text).map_err(|e| e.to_string()))
             .and_then(|snapshot| {
-                let file = PolicyFile::from_toml(&snapshot.policy).map_err(|e| e.to_string())?;
+                let file = snapshot.policies()?;
                 self.policies.swap(&file).map_err(|e| e.to_string())?;
                 Ok(snapshot.version)
             });
@@ -124,17 +179,20 @@ impl<O: Observer> Session<O> {
     }
 
     /// Follows the center's stream, or its NATS bucket when configured.
-    async fn connect(&self) -> Result<bool, String> {
+    async fn connect(&self) -> Ended {
         #[cfg(feature = "center-nats")]
         if let Some((url, bucket)) = &self.config.nats {
-            return self.bucket(url, bucket).await;
+            return match self.bucket(url, bucket).await {
+                Ok(()) => Ended::Delivered,
+                Err(error) => Ended::Failed(error),
+            };
         }
         self.stream().await
     }
 
     /// Watches the service's key in the NATS bucket until the watch ends.
     #[cfg(feature = "center-nats")]
-    async fn bucket(&self, url: &str, bucket: &str) -> Result<bool, String> {
+    async fn bucket(&self, url: &str, bucket: &str) -> Result<(), String> {
         use futures_util::StreamExt as _;
         let client = async_nats::connect(url)
             .await
@@ -158,7 +216,7 @@ impl<O: Observer> Session<O> {
         loop {
             tokio::select! {
                 entry = entries.next() => match entry {
-                    None => return Ok(true),
+                    None => return Ok(()),
                     Some(Err(error)) => return Err(format!("nats watch: {error}")),
                     Some(Ok(entry)) => {
                         if entry.operation != async_nats::jetstream::kv::Operation::Put {
@@ -181,8 +239,8 @@ impl<O: Observer> Session<O> {
         }
     }
 
-    /// One stream, until it ends: `Ok(true)` when it opened, `Err` when it could not.
-    async fn stream(&self) -> Result<bool, String> {
+    /// One stream, until it ends.
+    async fn stream(&self) -> Ended {
         let mut request = self
             .client
             .get(self.url("watch"))
@@ -191,9 +249,24 @@ impl<O: Observer> Session<O> {
         if let Some(version) = self.applied() {
             request = request.header("last-event-id", version.to_string());
         }
-        let mut response = request.send().await.map_err(|e| format!("watch: {e}"))?;
-        if !response.status().is_success() {
-            return Err(format!("watch: the center answered {}", response.status()));
+        let mut response = match request.send().await {
+            Ok(response) => response,
+            Err(error) => return Ended::Failed(format!("watch: {error}")),
+        };
+        let status = response.status();
+        if status == 429 || status == 503 {
+            let retry_after = response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| parse_retry_after(v.as_bytes(), SystemTime::now()).ok())
+                .unwrap_or(Duration::ZERO);
+            return Ended::Shed {
+                error: format!("watch: the center answered {status}"),
+                retry_after,
+            };
+        }
+        if !status.is_success() {
+            return Ended::Failed(format!("watch: the center answered {status}"));
         }
         self.state.send_modify(|s| {
             s.connected = true;
@@ -207,8 +280,11 @@ impl<O: Observer> Session<O> {
         loop {
             tokio::select! {
                 chunk = response.chunk() => {
-                    let Ok(Some(chunk)) = chunk else { return Ok(true) };
-                    let events = parser.push(&chunk).map_err(|e| e.to_string())?;
+                    let Ok(Some(chunk)) = chunk else { return Ended::Delivered };
+                    let events = match parser.push(&chunk) {
+                        Ok(events) => events,
+                        Err(error) => return Ended::Failed(format!("watch: {error}")),
+                    };
                     for event in events {
                         if event.event.as_deref() == Some("policy") {
                             self.apply_text(&event.data).await;
@@ -257,8 +333,8 @@ impl<O: Observer> Session<O> {
         if self.applied() == Some(snapshot.version) {
             return;
         }
-        let swapped = PolicyFile::from_toml(&snapshot.policy)
-            .map_err(|e| e.to_string())
+        let swapped = snapshot
+            .policies()
             .and_then(|file| self.policies.swap(&file).map_err(|e| e.to_string()));
         match swapped {
             Ok(()) => {
