@@ -142,17 +142,13 @@ impl Hub {
     /// A watcher's subscription to the service's release, loading it from the store the
     /// first time; the channel goes when its last subscription does.
     pub(crate) async fn subscribe(&self, service: &str) -> Result<Subscription, StoreError> {
-        let receiver = self.receiver(service).await?;
-        Ok(Subscription {
+        let subscription = |receiver| Subscription {
             receiver,
             service: service.to_owned(),
             services: Arc::clone(&self.services),
-        })
-    }
-
-    async fn receiver(&self, service: &str) -> Result<watch::Receiver<Arc<Release>>, StoreError> {
+        };
         if let Some(sender) = self.lock().get(service) {
-            return Ok(sender.subscribe());
+            return Ok(subscription(sender.subscribe()));
         }
         let release = Arc::new(load(&self.store, service).await?);
         let receiver = self
@@ -160,10 +156,13 @@ impl Hub {
             .entry(service.to_owned())
             .or_insert_with(|| watch::Sender::new(release))
             .subscribe();
+        // Held before the next wait: a watcher that leaves during it (its request dropped)
+        // or a read that fails drops the subscription, and with it a channel nobody watches.
+        let subscribed = subscription(receiver);
         // A change committed between the load and the insert found no channel to refresh:
         // read once more now that the channel is there.
         self.refresh(service).await?;
-        Ok(receiver)
+        Ok(subscribed)
     }
 
     /// Reads the service's release again and tells its watchers if it changed.
@@ -298,6 +297,30 @@ mod tests {
         assert!(hub.holds("orders"), "a watcher is left");
         drop(two);
         assert!(!hub.holds("orders"));
+    }
+
+    #[tokio::test]
+    async fn a_watcher_that_leaves_while_subscribing_leaves_no_channel() {
+        let hub = Hub::new(memory_store().await);
+        let mut subscribing = Box::pin(hub.subscribe("orders"));
+        // Poll until the channel is in (the subscription then waits on its second read),
+        // and leave there, as a watcher whose request is dropped does.
+        let left_midway = loop {
+            let step = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(subscribing.as_mut().poll(cx).is_ready())
+            })
+            .await;
+            if step {
+                break false;
+            }
+            if hub.holds("orders") {
+                break true;
+            }
+            tokio::task::yield_now().await;
+        };
+        drop(subscribing);
+        assert!(left_midway, "the store answered without a wait");
+        assert!(!hub.holds("orders"), "a channel nobody watches was left");
     }
 
     #[tokio::test]

@@ -12,6 +12,17 @@ use tokio::sync::watch;
 use super::sse::SseParser;
 use super::{CenterState, CenterWatchConfig};
 use crate::client::live::Policies;
+
+/// The longest a center's (or a proxy's in front of it) `Retry-After` holds a watcher back.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// The wait before the next watch: the jittered `backoff` on top of the shed answer's
+/// `retry_after` (zero when not shed), so instances shed together do not all come back
+/// together; the `Retry-After` capped, so a proxy in front cannot stop an instance following
+/// its policy for a day.
+fn after_shed(backoff: Duration, retry_after: Duration) -> Duration {
+    backoff.saturating_add(retry_after.min(MAX_RETRY_AFTER))
+}
 use crate::observe::Observer;
 
 /// The largest event (one version's snapshot) accepted: policy files are far smaller.
@@ -122,11 +133,10 @@ impl<O: Observer> Session<O> {
                     self.note(&error);
                 }
             }
-            let delay = self
-                .config
-                .backoff
-                .delay(failures, previous, &mut rng)
-                .max(at_least);
+            let delay = after_shed(
+                self.config.backoff.delay(failures, previous, &mut rng),
+                at_least,
+            );
             previous = Some(delay);
             tokio::time::sleep(delay).await;
         }
@@ -405,4 +415,23 @@ fn encode(value: &str) -> String {
         }
         out
     })
+}
+
+#[cfg(test)]
+mod shed_tests {
+    use super::*;
+
+    #[test]
+    fn a_shed_watcher_waits_the_retry_after_plus_its_jitter_and_at_most_a_minute_of_it() {
+        let jitter = Duration::from_millis(37);
+        assert_eq!(after_shed(jitter, Duration::ZERO), jitter);
+        assert_eq!(
+            after_shed(jitter, Duration::from_secs(1)),
+            Duration::from_millis(1_037)
+        );
+        assert_eq!(
+            after_shed(jitter, Duration::from_secs(86_400)),
+            MAX_RETRY_AFTER + jitter
+        );
+    }
 }
