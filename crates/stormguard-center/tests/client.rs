@@ -33,6 +33,8 @@ struct Fake {
     /// When each poll arrived.
     polls: Arc<Mutex<Vec<Instant>>>,
     acks: Arc<Mutex<Vec<Value>>>,
+    /// Signalled on each ACK or NACK.
+    acked: Arc<tokio::sync::Notify>,
     /// Watches answered 503 before one is let in.
     shed: usize,
     /// The hash the snapshot claims (its policy's true one when `None`).
@@ -80,7 +82,26 @@ async fn ack(State(fake): State<Fake>, body: String) -> StatusCode {
         .lock()
         .unwrap()
         .push(serde_json::from_str(&body).unwrap());
+    fake.acked.notify_waiters();
     StatusCode::NO_CONTENT
+}
+
+/// The first ACK or NACK the fake center received, waiting (bounded) for it.
+async fn first_ack(fake: &Fake) -> Value {
+    timeout(GIVE_UP, async {
+        loop {
+            // Registered before the check: an ACK between the two is not missed.
+            let acked = fake.acked.notified();
+            tokio::pin!(acked);
+            acked.as_mut().enable();
+            if let Some(first) = fake.acks.lock().unwrap().first().cloned() {
+                return first;
+            }
+            acked.await;
+        }
+    })
+    .await
+    .expect("no ACK or NACK reached the center")
 }
 
 async fn serve(fake: Fake) -> String {
@@ -135,16 +156,7 @@ async fn a_snapshot_whose_policy_does_not_match_its_hash_is_nacked_and_not_appli
         .expect("the snapshot was never refused");
     assert_eq!(state.applied, None);
     assert_eq!(max_attempts(&layer), 2, "the policies in use stay");
-    let nack = timeout(GIVE_UP, async {
-        loop {
-            if let Some(nack) = fake.acks.lock().unwrap().first().cloned() {
-                return nack;
-            }
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("no NACK reached the center");
+    let nack = first_ack(&fake).await;
     assert_eq!(
         (&nack["version"], &nack["applied"]),
         (&json!(1), &json!(false))
@@ -178,12 +190,5 @@ async fn a_shed_watch_waits_for_retry_after_and_sends_no_poll_meanwhile() {
         "a poll was sent to a center that shed the watch"
     );
     // The version arrived and was acknowledged.
-    timeout(GIVE_UP, async {
-        while fake.acks.lock().unwrap().is_empty() {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("no ACK");
-    assert_eq!(fake.acks.lock().unwrap()[0]["applied"], true);
+    assert_eq!(first_ack(&fake).await["applied"], true);
 }

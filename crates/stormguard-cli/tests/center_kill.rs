@@ -154,6 +154,8 @@ struct Tally {
     versions: Mutex<BTreeMap<(String, u64), String>>,
     /// Any answer but 201 and 409.
     unexpected: Mutex<Vec<String>>,
+    /// Signalled when a publish starts or is accepted.
+    changed: tokio::sync::Notify,
 }
 
 /// Publishes on `service` until the center is gone: on 409 it reads the latest version and
@@ -165,6 +167,7 @@ async fn publisher(base: String, editor: String, service: &'static str, tally: A
         let version = latest + 1;
         let body = json!({ "base": latest, "policy": policy(version), "message": "storm" });
         tally.in_flight.fetch_add(1, Ordering::SeqCst);
+        tally.changed.notify_waiters();
         let answer = async {
             let response = client
                 .post(format!("{base}/v1/services/{service}/versions"))
@@ -193,6 +196,7 @@ async fn publisher(base: String, editor: String, service: &'static str, tally: A
                     .unwrap()
                     .insert((service.to_owned(), latest), hash);
                 tally.accepted.fetch_add(1, Ordering::SeqCst);
+                tally.changed.notify_waiters();
             }
             409 => {
                 let history = client
@@ -291,11 +295,15 @@ async fn killed_in_the_middle_of_publishes(database_url: &str) {
         .collect();
     let in_flight = timeout(GIVE_UP, async {
         loop {
+            // Registered before the check: a change between the two is not missed.
+            let changed = tally.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             let in_flight = tally.in_flight.load(Ordering::SeqCst);
             if tally.accepted.load(Ordering::SeqCst) >= 30 && in_flight >= 3 {
                 return in_flight;
             }
-            tokio::task::yield_now().await;
+            changed.await;
         }
     })
     .await
