@@ -19,7 +19,8 @@ use crate::run::Failure;
 /// The options of `stormguard center`.
 #[derive(Debug, Args)]
 pub(crate) struct CenterArgs {
-    /// The address to listen on.
+    /// The address to listen on (port 0: any free port; the bound address is printed as
+    /// the first stdout line, `{"listen":"127.0.0.1:PORT"}`).
     #[arg(long, default_value = "127.0.0.1:7450")]
     listen: SocketAddr,
     /// The store: sqlite://FILE (created if missing) or postgres://USER@HOST/DB.
@@ -102,7 +103,11 @@ async fn serve(args: CenterArgs) -> Result<(), Failure> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| Failure::Usage(format!("--listen {}: {e}", args.listen)))?;
-    tracing::info!(listen = %args.listen, store = %store_kind(&args.database_url), "stormguard center serving");
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Failure::Io(format!("--listen {}: {e}", args.listen)))?;
+    crate::run::announce(&serde_json::json!({ "listen": bound.to_string() }))?;
+    tracing::info!(listen = %bound, store = %store_kind(&args.database_url), "stormguard center serving");
     center
         .serve(listener, async {
             let _ = tokio::signal::ctrl_c().await;

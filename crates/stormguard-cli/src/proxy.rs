@@ -212,15 +212,10 @@ async fn stop_signal() {
 /// Prints the bound addresses as the first line of stdout, `{"listen":"…","admin":"…"}`:
 /// what a supervisor or a test that asked for port 0 reads.
 fn announce(proxy: &Proxy) -> Result<(), Failure> {
-    use std::io::Write as _;
-    let line = serde_json::json!({
+    crate::run::announce(&serde_json::json!({
         "listen": proxy.local_addr().to_string(),
         "admin": proxy.admin_addr().map(|a| a.to_string()),
-    });
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")
-        .and_then(|()| out.flush())
-        .map_err(|e| Failure::Io(format!("stdout: {e}")))
+    }))
 }
 
 async fn config(command: ProxyCommand) -> Result<ProxyConfig, Failure> {

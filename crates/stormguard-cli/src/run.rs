@@ -203,3 +203,14 @@ fn finish<R: Serialize>(
             .map_err(|e| Failure::Io(format!("JSON encoding failed: {e}"))),
     }
 }
+
+/// Prints the addresses a server bound (`{"listen": …, …}`) as one JSON line on stdout, the
+/// first thing it prints: a caller that asked for port 0 reads where to connect (logs go to
+/// stderr).
+pub(crate) fn announce(addresses: &serde_json::Value) -> Result<(), Failure> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{addresses}")
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure::Io(format!("stdout: {e}")))
+}

@@ -43,20 +43,30 @@ fn expected_attempts(version: u64) -> u32 {
 struct CenterProcess(Child);
 
 impl CenterProcess {
-    fn spawn(database_url: &str, port: u16, log: &std::path::Path) -> CenterProcess {
+    /// Starts a center on `port` (0: any free one) and returns it with the port it bound,
+    /// read from the address it prints first (no port picked here and bound there later).
+    fn spawn(database_url: &str, port: u16, log: &std::path::Path) -> (CenterProcess, u16) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_stormguard"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stormguard"))
             .args(["center", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--database-url", database_url, "--admin-token", ADMIN])
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
             .spawn()
             .expect("the center starts");
-        CenterProcess(child)
+        let stdout = child.stdout.take().expect("piped");
+        let center = CenterProcess(child);
+        // A child that dies before it binds closes its stdout: the read ends either way.
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+        let announced: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("the center did not announce its address ({e}): {line:?}"));
+        let bound: std::net::SocketAddr = announced["listen"].as_str().unwrap().parse().unwrap();
+        (center, bound.port())
     }
 
     /// SIGKILL, and wait until the process is gone.
@@ -70,13 +80,6 @@ impl Drop for CenterProcess {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
 }
 
 struct Api {
@@ -236,12 +239,11 @@ fn max_attempts(layer: &ClientLayer) -> u32 {
 async fn killed_in_the_middle_of_publishes(database_url: &str) {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("center.log");
-    let port = free_port();
+    let (mut center, port) = CenterProcess::spawn(database_url, 0, &log);
     let api = Api {
         base: format!("http://127.0.0.1:{port}"),
         client: reqwest::Client::new(),
     };
-    let mut center = CenterProcess::spawn(database_url, port, &log);
     api.healthy().await;
     let editor = api.token("editor", "editor", None).await;
     let instance = api.token("orders-fleet", "instance", Some("orders")).await;
@@ -338,7 +340,8 @@ async fn killed_in_the_middle_of_publishes(database_url: &str) {
     }
 
     // Started again on the same store and port.
-    let mut center = CenterProcess::spawn(database_url, port, &log);
+    let (mut center, again) = CenterProcess::spawn(database_url, port, &log);
+    assert_eq!(again, port);
     api.healthy().await;
     let accepted = tally.versions.lock().unwrap().clone();
     let mut latest = BTreeMap::new();
