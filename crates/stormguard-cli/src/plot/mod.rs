@@ -24,6 +24,7 @@
 mod charts;
 mod draw;
 mod figure;
+mod layout;
 
 use std::fs::File;
 use std::io::Write;

@@ -1,0 +1,190 @@
+//! The call side of the event loop: a request's calls one after another, each attempt sent,
+//! answered or timed out, and the core's [`RetryRun`](stormguard::retry::RetryRun) deciding
+//! what follows; the per-edge timer queues that time the attempts.
+
+use super::*;
+
+impl World<'_> {
+    /// Drops answered attempts from the front of edge `e`'s timers and schedules its event
+    /// for the first one still waiting, unless one is scheduled.
+    pub(super) fn arm(&mut self, e: usize) {
+        if self.armed.get(e).is_none_or(|&at| at != NEVER) {
+            return;
+        }
+        let Some(fifo) = self.timers.get_mut(e) else {
+            return;
+        };
+        while let Some(&(at, call, token)) = fifo.front() {
+            if self.calls.get(call).is_some_and(|c| c.token == token) {
+                self.queue.push(at, pack(TIMER, e as u32, 0));
+                if let Some(armed) = self.armed.get_mut(e) {
+                    *armed = at;
+                }
+                return;
+            }
+            fifo.pop_front();
+        }
+    }
+
+    /// Request `slot` makes its next call, or finishes when it has made them all.
+    pub(super) fn next_call(&mut self, now: Nanos, slot: u32) -> Result<(), InvalidParam> {
+        let model = self.model;
+        let Some(r) = self.requests.get_mut(slot) else {
+            return Ok(());
+        };
+        let Some(node) = model.nodes.get(r.node as usize) else {
+            return Ok(());
+        };
+        let index = node.edges.start + r.next as usize;
+        if index >= node.edges.end {
+            self.finish(now, slot, Answer::Ok);
+            return Ok(());
+        }
+        r.next += 1;
+        let Some(edge) = model.edges.get(index) else {
+            return Ok(());
+        };
+        let mut deadline = r.deadline;
+        if let Some(reserve) = edge.reserve.filter(|_| deadline != NEVER) {
+            let left = deadline.saturating_sub(now);
+            let kept = crate::time::nanos(reserve.kept_from(duration(left)));
+            deadline = now.saturating_add(left.saturating_sub(kept));
+        }
+        if let Some(overall) = edge.overall {
+            deadline = deadline.min(now.saturating_add(overall));
+        }
+        if deadline <= now {
+            self.finish(now, slot, Answer::Unavailable);
+            return Ok(());
+        }
+        let run = RetryRun::start(&edge.policy, &*edge.budget, edge.retry_safe);
+        let call = self
+            .calls
+            .insert(CallState {
+                edge: index as u32,
+                request: slot,
+                deadline,
+                token: 0,
+                sent: now,
+                run,
+                permit: None,
+            })
+            .ok_or_else(|| InvalidParam::new("rate", "too many calls in flight"))?;
+        self.steps.push(Step::Send { call });
+        Ok(())
+    }
+
+    /// Sends the next attempt of `call`.
+    pub(super) fn send(&mut self, now: Nanos, call: u32) -> Result<(), InvalidParam> {
+        let model = self.model;
+        let token = self.token();
+        let Some(c) = self.calls.get_mut(call) else {
+            return Ok(());
+        };
+        let Some(edge) = model.edges.get(c.edge as usize) else {
+            return Ok(());
+        };
+        if let Some(breaker) = &edge.breaker {
+            match breaker.try_acquire_owned() {
+                Ok(permit) => c.permit = Some(permit),
+                Err(_) => {
+                    // A refused retry's withdrawal is given back when the run is dropped.
+                    self.end_call(now, call, StopReason::BreakerOpen);
+                    return Ok(());
+                }
+            }
+        }
+        let edge_index = c.edge;
+        let per_try = edge
+            .policy
+            .per_try_timeout()
+            .map(|t| now.saturating_add(crate::time::nanos(t)));
+        let deadline = per_try.map_or(c.deadline, |t| t.min(c.deadline));
+        c.token = token;
+        c.sent = now;
+        let known = self.arrive(now, edge.callee, call, token, deadline)?;
+        if deadline != NEVER && known.is_none_or(|at| at > deadline) {
+            if per_try == Some(deadline) {
+                // Every attempt on this call of the graph gets the same per-try timeout,
+                // so these deadlines come in sending order.
+                if let Some(fifo) = self.timers.get_mut(edge_index as usize) {
+                    fifo.push_back((deadline, call, token));
+                }
+                self.arm(edge_index as usize);
+            } else {
+                self.queue.push(deadline, pack(TIMEOUT, call, token));
+            }
+        }
+        Ok(())
+    }
+
+    /// An attempt of `call` was answered.
+    pub(super) fn reply(&mut self, now: Nanos, call: u32, token: u32, answer: Answer) {
+        let model = self.model;
+        let Some(c) = self.calls.get(call) else {
+            return;
+        };
+        if c.token != token {
+            return;
+        }
+        let Some(edge) = model.edges.get(c.edge as usize) else {
+            return;
+        };
+        let honours_signal = edge.caller_signal;
+        let outcome = match answer {
+            Answer::Ok => Outcome::Success,
+            Answer::Refused => Outcome::Retryable,
+            Answer::Unavailable if edge.retries_503 => Outcome::Retryable,
+            Answer::Unavailable => Outcome::NeverRetry,
+            Answer::Exhausted if honours_signal => Outcome::NeverRetry,
+            Answer::Exhausted => Outcome::Retryable,
+        };
+        self.decide(now, call, outcome.into());
+    }
+
+    /// Records how an attempt of `call` ended and follows the core's decision.
+    pub(super) fn decide(&mut self, now: Nanos, call: u32, ended: AttemptOutcome) {
+        let Some(c) = self.calls.get_mut(call) else {
+            return;
+        };
+        if let Some(permit) = c.permit.take() {
+            permit.record(ended.outcome, duration(now.saturating_sub(c.sent)));
+        }
+        let deadline = c.deadline;
+        let remaining = || (deadline != NEVER).then(|| duration(deadline.saturating_sub(now)));
+        match c.run.finish_attempt(ended, remaining, &mut self.rng) {
+            Decision::Retry { delay, .. } => {
+                let at = now.saturating_add(crate::time::nanos(delay));
+                let token = c.token;
+                if at == now {
+                    self.steps.push(Step::Send { call });
+                } else {
+                    self.queue.push(at, pack(RETRY, call, token));
+                }
+            }
+            Decision::Stop(reason) => self.end_call(now, call, reason),
+        }
+    }
+
+    /// `call` stopped: its request goes on, or fails.
+    pub(super) fn end_call(&mut self, now: Nanos, call: u32, reason: StopReason) {
+        let model = self.model;
+        let Some(c) = self.calls.remove(call) else {
+            return;
+        };
+        if reason == StopReason::Succeeded {
+            self.steps.push(Step::Continue { request: c.request });
+            return;
+        }
+        let signals = model
+            .edges
+            .get(c.edge as usize)
+            .is_some_and(|e| e.retries && e.caller_signal);
+        let answer = if signals {
+            Answer::Exhausted
+        } else {
+            Answer::Unavailable
+        };
+        self.finish(now, c.request, answer);
+    }
+}
