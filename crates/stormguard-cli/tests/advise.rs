@@ -5,18 +5,14 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn stormguard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stormguard"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+#[path = "support/run.rs"]
+mod run;
+use run::stormguard;
 
 fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("stormguard-advise-test-{}", std::process::id()));

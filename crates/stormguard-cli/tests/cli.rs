@@ -1,29 +1,18 @@
 //! The `stormguard` binary as a user runs it: output, exit codes, plots, reproducibility.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn stormguard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stormguard"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+#[path = "support/run.rs"]
+mod run;
+use run::{stderr, stdout, stormguard};
 
 fn simulate(args: &[&str]) -> Output {
     let mut all = vec!["simulate"];
     all.extend_from_slice(args);
     stormguard(&all)
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("UTF-8")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).expect("UTF-8")
 }
 
 fn json(args: &[&str]) -> Vec<Value> {

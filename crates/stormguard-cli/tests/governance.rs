@@ -4,16 +4,12 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn stormguard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stormguard"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+#[path = "support/run.rs"]
+mod run;
+use run::{stdout, stormguard};
 
 /// A fixture of the core crate's lint and review tests.
 fn fixture(name: &str) -> String {
@@ -22,10 +18,6 @@ fn fixture(name: &str) -> String {
         .join(name)
         .display()
         .to_string()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("UTF-8")
 }
 
 fn sarif_schema() -> jsonschema::Validator {

@@ -6,12 +6,9 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn stormguard(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_stormguard"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+#[path = "support/run.rs"]
+mod run;
+use run::stormguard;
 
 #[test]
 fn bad_settings_exit_2_and_say_what_is_wrong() {

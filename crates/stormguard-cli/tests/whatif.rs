@@ -4,16 +4,13 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn stormguard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stormguard"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+#[path = "support/run.rs"]
+mod run;
+use run::{stderr, stdout, stormguard};
 
 fn fixture(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -21,14 +18,6 @@ fn fixture(name: &str) -> String {
         .join(name)
         .display()
         .to_string()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("UTF-8")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).expect("UTF-8")
 }
 
 const RUN: [&str; 6] = [
