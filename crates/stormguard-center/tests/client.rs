@@ -18,10 +18,9 @@ use axum::routing::{get, post};
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 use stormguard::backoff::{Backoff, Jitter};
-use stormguard::policy::PolicyFile;
 use stormguard_center::content_hash;
 use stormguard_tower::client::{CenterWatch, CenterWatchConfig, ClientLayer};
-use support::attempts;
+use support::{attempts, client_stack};
 use tokio::time::timeout;
 
 const GIVE_UP: Duration = Duration::from_secs(30);
@@ -129,7 +128,7 @@ fn start(url: &str, layer: &ClientLayer) -> CenterWatch {
 }
 
 fn layer() -> ClientLayer {
-    ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap()
+    client_stack(2)
 }
 
 fn max_attempts(layer: &ClientLayer) -> u32 {

@@ -7,11 +7,10 @@ mod support;
 use std::io::Write as _;
 use std::time::Duration;
 
-use stormguard::policy::PolicyFile;
 use stormguard_center::CenterConfig;
 use stormguard_center::fanout::NatsFanout;
-use stormguard_tower::client::{CenterWatch, CenterWatchConfig, ClientLayer};
-use support::{TestCenter, attempts};
+use stormguard_tower::client::{CenterWatch, CenterWatchConfig};
+use support::{TestCenter, attempts, client_stack};
 use tokio::time::timeout;
 
 fn nats_url() -> Option<String> {
@@ -53,8 +52,7 @@ async fn instances_watching_the_bucket_apply_each_version_and_ack_it_to_the_cent
     let editor = center.api(&center.editor);
     assert_eq!(editor.publish(&service, 0, &attempts(3)).await.0, 201);
     let token = center.instance_token(&service).await;
-    let layer =
-        ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap();
+    let layer = client_stack(2);
     let config =
         CenterWatchConfig::new(&center.url(), &service, "i-1", &token).with_nats(&nats, bucket);
     let watch = CenterWatch::start(layer.policies(), config).unwrap();

@@ -14,9 +14,8 @@ mod support;
 use std::time::Duration;
 
 use stormguard::backoff::{Backoff, Jitter};
-use stormguard::policy::PolicyFile;
-use stormguard_tower::client::{CenterWatch, CenterWatchConfig, ClientLayer};
-use support::{PrivatePostgres, TestCenter, attempts};
+use stormguard_tower::client::{CenterWatch, CenterWatchConfig};
+use support::{PrivatePostgres, TestCenter, attempts, client_stack};
 use tokio::time::timeout;
 
 const GIVE_UP: Duration = Duration::from_secs(60);
@@ -43,11 +42,7 @@ async fn a_postgres_restart_fails_publishes_clearly_and_every_watcher_resumes() 
 
     // Three instances on each replica. No poll within the test: a version reaches an
     // instance by its stream only.
-    let layers: Vec<_> = (0..6)
-        .map(|_| {
-            ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap()
-        })
-        .collect();
+    let layers: Vec<_> = (0..6).map(|_| client_stack(2)).collect();
     let watches: Vec<_> = layers
         .iter()
         .enumerate()

@@ -6,9 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use stormguard::policy::PolicyFile;
-use stormguard_tower::client::{CenterWatch, CenterWatchConfig, ClientLayer};
-use support::{TestCenter, attempts};
+use stormguard_tower::client::{CenterWatch, CenterWatchConfig};
+use support::{TestCenter, attempts, client_stack};
 use tokio::time::timeout;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -29,11 +28,7 @@ async fn replicas_on_one_postgres_see_each_others_publishes() {
     let token = one.instance_token("orders").await;
 
     // One instance on each replica.
-    let layers: Vec<_> = (0..2)
-        .map(|_| {
-            ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap()
-        })
-        .collect();
+    let layers: Vec<_> = (0..2).map(|_| client_stack(2)).collect();
     let watches: Vec<_> = [&one, &two]
         .iter()
         .zip(&layers)

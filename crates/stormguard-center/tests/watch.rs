@@ -27,7 +27,7 @@ use stormguard::backoff::{Backoff, Jitter};
 use stormguard::policy::PolicyFile;
 use stormguard_tower::body::ReplayBody;
 use stormguard_tower::client::{CenterState, CenterWatch, CenterWatchConfig, ClientLayer};
-use support::{TestCenter, attempts};
+use support::{TestCenter, attempts, client_stack};
 use tokio::time::timeout;
 use tower::{Layer, ServiceExt};
 
@@ -131,8 +131,7 @@ async fn a_published_change_is_in_effect_for_the_next_request_with_the_breaker_c
     .await;
 
     // The orders service: one client stack, its policies fed by the center.
-    let layer =
-        ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap();
+    let layer = client_stack(2);
     let config = CenterWatchConfig::new(
         &center.url(),
         "orders",
@@ -253,15 +252,13 @@ async fn an_instance_that_cannot_reach_the_center_starts_from_its_last_good_copy
         .with_backoff(quick_backoff())
         .with_last_good(&last_good);
     {
-        let layer =
-            ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap();
+        let layer = client_stack(2);
         let watch = CenterWatch::start(layer.policies(), config.clone()).unwrap();
         applied(&watch, 1).await;
     }
     center.stop().await;
     // A new process: the center is down, the stack starts from the last good version.
-    let layer =
-        ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap();
+    let layer = client_stack(2);
     let watch = CenterWatch::start(layer.policies(), config).unwrap();
     let state = applied(&watch, 1).await;
     assert!(!state.connected);
@@ -283,11 +280,7 @@ async fn watchers_reconnect_after_a_center_restart_and_resume_from_their_version
         .publish("orders", 0, &attempts(3))
         .await;
     let token = center.instance_token("orders").await;
-    let layers: Vec<_> = (0..20)
-        .map(|_| {
-            ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap()
-        })
-        .collect();
+    let layers: Vec<_> = (0..20).map(|_| client_stack(2)).collect();
     let watches: Vec<_> = layers
         .iter()
         .enumerate()
@@ -335,12 +328,7 @@ async fn a_canary_reaches_the_selected_instances_until_promoted_or_aborted() {
     editor.publish("orders", 0, &attempts(3)).await;
     let token = center.instance_token("orders").await;
     let zones = ["a", "b", "a", "b"];
-    let layers: Vec<_> = zones
-        .iter()
-        .map(|_| {
-            ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap()
-        })
-        .collect();
+    let layers: Vec<_> = zones.iter().map(|_| client_stack(2)).collect();
     let watches: Vec<_> = layers
         .iter()
         .zip(zones)
@@ -457,11 +445,7 @@ async fn a_storm_of_new_watchers_is_admitted_a_few_at_a_time_and_all_get_in() {
         .publish("orders", 0, &attempts(3))
         .await;
     let token = center.instance_token("orders").await;
-    let layers: Vec<_> = (0..50)
-        .map(|_| {
-            ClientLayer::from_policy_file(&PolicyFile::from_toml(&attempts(2)).unwrap()).unwrap()
-        })
-        .collect();
+    let layers: Vec<_> = (0..50).map(|_| client_stack(2)).collect();
     let watches: Vec<_> = layers
         .iter()
         .enumerate()

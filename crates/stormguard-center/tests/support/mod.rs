@@ -233,6 +233,13 @@ pub fn attempts(n: u32) -> String {
     format!("[endpoints.default]\nretry = {{ max_attempts = {n} }}\n")
 }
 
+/// An instance's one-stack client whose every endpoint makes `n` attempts until the center
+/// says otherwise.
+pub fn client_stack(n: u32) -> stormguard_tower::client::ClientLayer {
+    let policies = stormguard::policy::PolicyFile::from_toml(&attempts(n)).unwrap();
+    stormguard_tower::client::ClientLayer::from_policy_file(&policies).unwrap()
+}
+
 /// The bin directory of a PostgreSQL installation (`initdb`, `pg_ctl`) for a server of the
 /// test's own, from `STORMGUARD_TEST_PG_BIN` (`.ci/stores.sh` sets it); fails when the
 /// servers are required (CI), else prints a loud SKIPPED line.
