@@ -100,7 +100,7 @@ async fn serve(args: CenterArgs) -> Result<(), Failure> {
             .await
             .map_err(|e| Failure::Failed(format!("admin token: {e}")))?;
     }
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let listener = stormguard_tower::listen::bind(args.listen)
         .await
         .map_err(|e| Failure::Usage(format!("--listen {}: {e}", args.listen)))?;
     let bound = listener

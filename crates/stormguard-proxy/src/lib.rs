@@ -279,7 +279,7 @@ impl Drop for Proxy {
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
-    TcpListener::bind(addr)
+    stormguard_tower::listen::bind(addr)
         .await
         .map_err(|source| ProxyError::Bind { addr, source })
 }

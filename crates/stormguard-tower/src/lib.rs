@@ -89,6 +89,7 @@ pub mod deadline;
 pub mod fault;
 pub mod hedge;
 pub mod limit;
+pub mod listen;
 pub mod metric_names;
 pub mod observe;
 #[cfg(feature = "reqwest")]
