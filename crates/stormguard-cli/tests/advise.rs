@@ -398,8 +398,28 @@ fn a_prometheus_server_gives_the_same_advice_as_the_snapshot() {
     assert_eq!(from_file[0]["time_series"], "no time series in this input");
     let expr = from_server[0]["alert_rules"][0]["expr"].as_str().unwrap();
     assert!(
-        expr.contains(&format!("lat_bucket{{endpoint=\"GET /search\",{selector}}}[300s]"))
-            && expr.ends_with("> 1.2"),
+        expr.contains(&format!(
+            "lat_bucket{{endpoint=\"GET /search\",{selector}}}[300s]"
+        )) && expr.ends_with("> 1.2"),
         "{expr}"
     );
+    // Over a day, the hourly histograms of the daily peak search are queried too: seconds of
+    // data are no day to judge, so no peak and no window.
+    let day = advice(&[
+        "advise",
+        "timeouts",
+        "--prometheus",
+        &url,
+        "--normal-range",
+        "1d",
+        "--selector",
+        &selector,
+        "--metric",
+        "lat",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(day[0]["peak_days"], 0);
+    assert_eq!(day[0]["windows"], Value::Array(Vec::new()));
+    assert!(day[0]["alarm_windows"]["windows"].as_u64().unwrap() >= 1);
 }

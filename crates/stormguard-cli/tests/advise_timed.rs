@@ -185,7 +185,14 @@ fn a_daily_peak_and_a_burst_in_a_timestamped_csv() {
         "json",
     ]);
     assert_eq!(shanghai[0]["windows"][0]["start"], "03:00");
-    let bad = stormguard(&["advise", "timeouts", "--normal", n, "--time-zone", "Nowhere/X"]);
+    let bad = stormguard(&[
+        "advise",
+        "timeouts",
+        "--normal",
+        n,
+        "--time-zone",
+        "Nowhere/X",
+    ]);
     assert_eq!(bad.status.code(), Some(2));
 }
 
@@ -218,7 +225,7 @@ fn the_patched_window_is_read_by_the_loader_lint_and_diff() {
     let base = temp("base.toml");
     std::fs::write(
         &base,
-        "[endpoints.\"POST /pay\"]\ntimeouts = { per_try = \"100ms\", overall = \"2s\" }\nretry = { max_attempts = 3 }\n",
+        "[endpoints.\"POST /pay\"]\ntimeouts = { per_try = \"100ms\", overall = \"2s\" }\nretry = { max_attempts = 3 }\nbudget = { kind = \"grpc\", max_tokens = 10, token_ratio = 0.1 }\n",
     )
     .unwrap();
     let patch = temp("patched.toml");
@@ -256,7 +263,10 @@ fn the_patched_window_is_read_by_the_loader_lint_and_diff() {
     };
     assert_eq!(per_try(policy), timeout);
     assert_eq!(per_try(window.policy()), window_timeout);
-    assert_eq!(window.policy().overall_timeout(), Some(Duration::from_secs(2)));
+    assert_eq!(
+        window.policy().overall_timeout(),
+        Some(Duration::from_secs(2))
+    );
 
     let lint = stormguard(&["policy", "lint", patch.to_str().unwrap()]);
     assert_eq!(
@@ -362,5 +372,8 @@ fn an_hdr_log_with_a_start_time_gives_the_same_window_and_alarm() {
     assert_eq!(row["windows"][0]["start"], "19:00", "{row}");
     assert_eq!(row["windows"][0]["end"], "21:00");
     assert_eq!(row["alarm_windows"]["firing"], 1);
-    assert_eq!(row["alarm_windows"]["first"]["start"], "2026-03-01T10:00:00Z");
+    assert_eq!(
+        row["alarm_windows"]["first"]["start"],
+        "2026-03-01T10:00:00Z"
+    );
 }
