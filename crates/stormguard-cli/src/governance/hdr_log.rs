@@ -52,10 +52,7 @@ pub(crate) fn parse(bytes: &[u8], unit: Duration) -> Result<BTreeMap<String, Per
 /// relative to an unknown start). Timestamps are read as HdrHistogram's `HistogramLogReader`
 /// reads them: after a `BaseTime`, seconds since it; after a `StartTime`, seconds since it
 /// when they are more than a year below it, else Unix seconds; with neither, Unix seconds.
-pub(crate) fn parse_timed(
-    bytes: &[u8],
-    unit: Duration,
-) -> Result<Option<BTreeMap<String, Vec<Interval<Hdr>>>>, String> {
+pub(crate) fn parse_timed(bytes: &[u8], unit: Duration) -> Result<Option<Timed>, String> {
     let mut out: BTreeMap<String, Vec<Interval<Hdr>>> = BTreeMap::new();
     for entry in entries(bytes, unit)? {
         let Some(start) = entry.start else {
@@ -68,6 +65,9 @@ pub(crate) fn parse_timed(
     }
     Ok(Some(out))
 }
+
+/// Each endpoint's intervals.
+pub(crate) type Timed = BTreeMap<String, Vec<Interval<Hdr>>>;
 
 /// An HdrHistogram of latencies in `unit`s, auto-resizing.
 #[derive(Clone)]
