@@ -266,7 +266,52 @@ mod tests {
         ) {
             let _ = parse(&bytes, Duration::from_micros(1));
             let _ = parse(line.as_bytes(), Duration::from_secs(1));
+            let _ = parse_timed(&bytes, Duration::from_micros(1));
+            let timed = format!("#[StartTime: 1772323200.000 (seconds since epoch)]\n{line}\n");
+            let _ = parse_timed(timed.as_bytes(), Duration::from_secs(1));
         }
+    }
+
+    #[test]
+    fn interval_starts_follow_the_log_readers_rules() {
+        let epoch = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let write = |start: Option<u64>, base: Option<u64>, stamp: u64| {
+            let mut out = Vec::new();
+            let mut serializer = V2DeflateSerializer::new();
+            let mut builder = IntervalLogWriterBuilder::new();
+            if let Some(s) = start {
+                builder.with_start_time(epoch(s));
+            }
+            if let Some(b) = base {
+                builder.with_base_time(epoch(b));
+            }
+            let mut writer = builder
+                .begin_log_with(&mut out, &mut serializer)
+                .expect("header");
+            let mut h = Histogram::<u64>::new(3).expect("histogram");
+            h.record(5).expect("in range");
+            writer
+                .write_histogram(
+                    &h,
+                    Duration::from_secs(stamp),
+                    Duration::from_secs(1),
+                    Tag::new("a"),
+                )
+                .expect("interval");
+            drop(writer);
+            let timed = parse_timed(&out, Duration::from_millis(1)).expect("a log");
+            timed.map(|t| t["a"][0].start)
+        };
+        let t = 1_772_323_200;
+        assert_eq!(write(Some(t), None, 60), Some(epoch(t + 60)), "a delta");
+        assert_eq!(write(Some(t), None, t + 5), Some(epoch(t + 5)), "absolute");
+        assert_eq!(
+            write(None, Some(t), 60),
+            Some(epoch(t + 60)),
+            "after BaseTime"
+        );
+        assert_eq!(write(None, None, t), Some(epoch(t)), "Unix seconds");
+        assert_eq!(write(None, None, 60), None, "relative to nothing");
     }
 
     #[test]
