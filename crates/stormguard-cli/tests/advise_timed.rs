@@ -155,6 +155,7 @@ fn a_daily_peak_and_a_burst_in_a_timestamped_csv() {
     assert!(table.contains("would fire"), "{table}");
     assert!(table.contains("19:00-21:00 UTC"), "{table}");
     assert!(table.contains("2026-03-01T10:00:00Z P99 1500ms"), "{table}");
+    assert!(table.contains("hours outside it"), "{table}");
 
     // A 10-minute alarm window halves the windows; the burst still fires one.
     let ten = json(&[

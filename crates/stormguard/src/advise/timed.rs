@@ -154,7 +154,7 @@ impl Alarm {
 /// use stormguard::advise::timed::{WindowP99, alarm};
 ///
 /// let ms = Duration::from_millis;
-/// let w = |m, p99| WindowP99 { start: SystemTime::UNIX_EPOCH + Duration::from_secs(m * 60), p99: ms(p99) };
+/// let w = |m: u64, p99| WindowP99 { start: SystemTime::UNIX_EPOCH + Duration::from_secs(m * 60), p99: ms(p99) };
 /// let a = alarm(&[w(0, 90), w(5, 500), w(10, 700), w(15, 80)], Duration::from_secs(300), |_| ms(400));
 /// assert_eq!((a.windows, a.firing, a.share), (4, 2, 0.5));
 /// assert_eq!((a.first.unwrap().p99, a.worst.unwrap().p99), (ms(500), ms(700)));

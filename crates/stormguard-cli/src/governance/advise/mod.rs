@@ -151,6 +151,12 @@ pub(crate) fn run(command: AdviseCommand) -> Result<String, Failure> {
     if args.alarm_window < Duration::from_secs(1) {
         return Err(Failure::Usage("--alarm-window is at least 1s".into()));
     }
+    stormguard::policy::Schedule::daily("00:00", "01:00", &args.time_zone).map_err(|_| {
+        Failure::Usage(format!(
+            "--time-zone {:?} is not an IANA time zone",
+            args.time_zone
+        ))
+    })?;
     let (normal, stress) = match &args.prometheus {
         Some(url) => {
             let server = server::Server::new(url, &args)?;

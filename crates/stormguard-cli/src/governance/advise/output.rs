@@ -107,6 +107,16 @@ pub(super) fn table(advice: &BTreeMap<String, Endpoint>, rules: &Rules<'_>) -> S
         out,
         "timeout = 1.25 x P999 (initial) or 0.7 x P999 + 0.3 x stress P999 + 200ms; alarm when P99 > 80% of it"
     );
+    if advice
+        .values()
+        .flat_map(|e| e.timed.iter().flat_map(|t| &t.windows))
+        .any(|w| w.suggested)
+    {
+        let _ = writeln!(
+            out,
+            "an endpoint with a suggested window: its percentiles and timeout above are those of the hours outside it"
+        );
+    }
     let _ = writeln!(
         out,
         "\nP99 alarm over {} windows (each judged against the timeout in force then):",
