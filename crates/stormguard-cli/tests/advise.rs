@@ -388,4 +388,38 @@ fn a_prometheus_server_gives_the_same_advice_as_the_snapshot() {
         from_server[0]["normal"]["p50"],
         from_file[0]["normal"]["p50"]
     );
+    // The server has time: the alarm's 5-minute window P99 comes from a range query (one
+    // window in a 5-minute range), about 1.18 s here, under 80 % of 1500 ms; the snapshot
+    // says it has none.
+    let alarm = &from_server[0]["alarm_windows"];
+    assert!(alarm["windows"].as_u64().unwrap() <= 1, "{alarm}");
+    assert_eq!(alarm["firing"], 0, "{alarm}");
+    assert!(from_server[0].get("time_series").is_none());
+    assert_eq!(from_file[0]["time_series"], "no time series in this input");
+    let expr = from_server[0]["alert_rules"][0]["expr"].as_str().unwrap();
+    assert!(
+        expr.contains(&format!(
+            "lat_bucket{{endpoint=\"GET /search\",{selector}}}[300s]"
+        )) && expr.ends_with("> 1.2"),
+        "{expr}"
+    );
+    // Over a day, the hourly histograms of the daily peak search are queried too: seconds of
+    // data are no day to judge, so no peak and no window.
+    let day = advice(&[
+        "advise",
+        "timeouts",
+        "--prometheus",
+        &url,
+        "--normal-range",
+        "1d",
+        "--selector",
+        &selector,
+        "--metric",
+        "lat",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(day[0]["peak_days"], 0);
+    assert_eq!(day[0]["windows"], Value::Array(Vec::new()));
+    assert!(day[0]["alarm_windows"]["windows"].as_u64().unwrap() >= 1);
 }

@@ -9,16 +9,21 @@
 //! endpoint's log and a CSV of the same latencies give the same advice (within the log's
 //! significant digits).
 //!
+//! With absolute interval timestamps (a `StartTime` or `BaseTime` header, or Unix seconds),
+//! [`parse_timed`] gives the intervals themselves, for the P99 alarm window by window and
+//! the daily peak search.
+//!
 //! A log does not say its unit: the recorder chose it (wrk2 records microseconds); the
 //! caller names it.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+use stormguard::advise::timed::{Interval, Latencies};
 use stormguard::advise::{MAX_LATENCY_SECS, Percentiles};
 
 /// The endpoint of intervals without a tag.
@@ -27,16 +32,93 @@ pub(crate) const UNTAGGED: &str = "default";
 /// The percentiles of every endpoint of the log `bytes`, whose values are in `unit`s; `Err`
 /// names the line that could not be read.
 pub(crate) fn parse(bytes: &[u8], unit: Duration) -> Result<BTreeMap<String, Percentiles>, String> {
-    let mut merged: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
+    let mut merged: BTreeMap<String, Hdr> = BTreeMap::new();
+    for entry in entries(bytes, unit)? {
+        match merged.get_mut(&entry.endpoint) {
+            Some(total) => total.merge(&entry.latencies),
+            None => {
+                merged.insert(entry.endpoint, entry.latencies);
+            }
+        }
+    }
+    Ok(merged
+        .into_iter()
+        .filter_map(|(tag, h)| h.percentiles().map(|p| (tag, p)))
+        .collect())
+}
+
+/// The intervals of every endpoint, each at its absolute start; `None` when the log does not
+/// say when its intervals were (no `StartTime` or `BaseTime` and timestamps under a year, i.e.
+/// relative to an unknown start). Timestamps are read as HdrHistogram's `HistogramLogReader`
+/// reads them: after a `BaseTime`, seconds since it; after a `StartTime`, seconds since it
+/// when they are more than a year below it, else Unix seconds; with neither, Unix seconds.
+pub(crate) fn parse_timed(bytes: &[u8], unit: Duration) -> Result<Option<Timed>, String> {
+    let mut out: BTreeMap<String, Vec<Interval<Hdr>>> = BTreeMap::new();
+    for entry in entries(bytes, unit)? {
+        let Some(start) = entry.start else {
+            return Ok(None);
+        };
+        out.entry(entry.endpoint).or_default().push(Interval {
+            start,
+            latencies: entry.latencies,
+        });
+    }
+    Ok(Some(out))
+}
+
+/// Each endpoint's intervals.
+pub(crate) type Timed = BTreeMap<String, Vec<Interval<Hdr>>>;
+
+/// An HdrHistogram of latencies in `unit`s, auto-resizing.
+#[derive(Clone)]
+pub(crate) struct Hdr {
+    histogram: Histogram<u64>,
+    unit: Duration,
+}
+
+impl Latencies for Hdr {
+    fn merge(&mut self, other: &Self) {
+        // Both auto-resize (see `entries`): adding fails only when a count passes u64::MAX.
+        let _ = self.histogram.add(&other.histogram);
+    }
+
+    fn count(&self) -> u64 {
+        self.histogram.len()
+    }
+
+    fn percentiles(&self) -> Option<Percentiles> {
+        percentiles(&self.histogram, self.unit)
+    }
+}
+
+/// One interval of a log.
+struct Entry {
+    endpoint: String,
+    start: Option<SystemTime>,
+    latencies: Hdr,
+}
+
+/// A year of seconds: interval timestamps further below the `StartTime` are deltas.
+const YEAR: Duration = Duration::from_secs(365 * 86_400);
+
+fn entries(bytes: &[u8], unit: Duration) -> Result<Vec<Entry>, String> {
+    let mut out = Vec::new();
     let mut deserializer = Deserializer::new();
+    let (mut start_time, mut base_time) = (None, None);
     for (index, entry) in IntervalLogIterator::new(bytes).enumerate() {
         let interval = match entry {
             Ok(LogEntry::Interval(interval)) => interval,
-            Ok(_) => continue,
+            Ok(LogEntry::StartTime(t)) => {
+                start_time = Some(t);
+                continue;
+            }
+            Ok(LogEntry::BaseTime(t)) => {
+                base_time = Some(t);
+                continue;
+            }
             Err(e) => return Err(format!("log entry {}: not a log line ({e:?})", index + 1)),
         };
         let tag = interval.tag().map_or(UNTAGGED, |t| t.as_str());
-        let endpoint = endpoint_of(tag);
         let compressed = base64::engine::general_purpose::STANDARD
             .decode(interval.encoded_histogram())
             .map_err(|e| {
@@ -53,20 +135,28 @@ pub(crate) fn parse(bytes: &[u8], unit: Duration) -> Result<BTreeMap<String, Per
                     index + 1
                 )
             })?;
-        let total = match merged.get_mut(&endpoint) {
-            Some(total) => total,
-            None => merged.entry(endpoint).or_insert(
-                Histogram::new(histogram.sigfig()).map_err(|e| format!("{tag}: {e:?}"))?,
-            ),
-        };
-        total
+        let mut resizing =
+            Histogram::new(histogram.sigfig()).map_err(|e| format!("{tag}: {e:?}"))?;
+        resizing
             .add(&histogram)
             .map_err(|e| format!("log entry {} ({tag}): {e:?}", index + 1))?;
+        let stamp = interval.start_timestamp();
+        let since_epoch = match (base_time, start_time) {
+            (Some(base), _) => base.checked_add(stamp),
+            (None, Some(start)) if stamp.saturating_add(YEAR) < start => start.checked_add(stamp),
+            (None, _) if stamp >= YEAR => Some(stamp),
+            (None, _) => None,
+        };
+        out.push(Entry {
+            endpoint: endpoint_of(tag),
+            start: since_epoch.and_then(|d| SystemTime::UNIX_EPOCH.checked_add(d)),
+            latencies: Hdr {
+                histogram: resizing,
+                unit,
+            },
+        });
     }
-    Ok(merged
-        .into_iter()
-        .filter_map(|(tag, h)| percentiles(&h, unit).map(|p| (tag, p)))
-        .collect())
+    Ok(out)
 }
 
 /// The endpoint a tag names: `METHOD_/path` is `METHOD /path`; any other tag as it is.
@@ -176,7 +266,52 @@ mod tests {
         ) {
             let _ = parse(&bytes, Duration::from_micros(1));
             let _ = parse(line.as_bytes(), Duration::from_secs(1));
+            let _ = parse_timed(&bytes, Duration::from_micros(1));
+            let timed = format!("#[StartTime: 1772323200.000 (seconds since epoch)]\n{line}\n");
+            let _ = parse_timed(timed.as_bytes(), Duration::from_secs(1));
         }
+    }
+
+    #[test]
+    fn interval_starts_follow_the_log_readers_rules() {
+        let epoch = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let write = |start: Option<u64>, base: Option<u64>, stamp: u64| {
+            let mut out = Vec::new();
+            let mut serializer = V2DeflateSerializer::new();
+            let mut builder = IntervalLogWriterBuilder::new();
+            if let Some(s) = start {
+                builder.with_start_time(epoch(s));
+            }
+            if let Some(b) = base {
+                builder.with_base_time(epoch(b));
+            }
+            let mut writer = builder
+                .begin_log_with(&mut out, &mut serializer)
+                .expect("header");
+            let mut h = Histogram::<u64>::new(3).expect("histogram");
+            h.record(5).expect("in range");
+            writer
+                .write_histogram(
+                    &h,
+                    Duration::from_secs(stamp),
+                    Duration::from_secs(1),
+                    Tag::new("a"),
+                )
+                .expect("interval");
+            drop(writer);
+            let timed = parse_timed(&out, Duration::from_millis(1)).expect("a log");
+            timed.map(|t| t["a"][0].start)
+        };
+        let t = 1_772_323_200;
+        assert_eq!(write(Some(t), None, 60), Some(epoch(t + 60)), "a delta");
+        assert_eq!(write(Some(t), None, t + 5), Some(epoch(t + 5)), "absolute");
+        assert_eq!(
+            write(None, Some(t), 60),
+            Some(epoch(t + 60)),
+            "after BaseTime"
+        );
+        assert_eq!(write(None, None, t), Some(epoch(t)), "Unix seconds");
+        assert_eq!(write(None, None, 60), None, "relative to nothing");
     }
 
     #[test]

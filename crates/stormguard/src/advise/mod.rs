@@ -12,7 +12,11 @@
 //!    ([`INITIAL_FACTOR`] × P999);
 //! 2. a stress run at 120 % of peak: its P999 rises (2500 ms), and the final timeout is
 //!    **0.7 × normal P999 + 0.3 × stress P999 + 200 ms** ([`seeds_timeout`]);
-//! 3. an alarm when the P99 stays above 80 % of the timeout ([`ALARM_SHARE`]) for 5 minutes.
+//! 3. an alarm when the P99 stays above 80 % of the timeout ([`ALARM_SHARE`]) for 5 minutes:
+//!    with timestamped data, [`timed`] evaluates it window by window as monitoring would;
+//! 4. (the seeds' payment callback) a looser timeout for the hours the P99 peaks every day,
+//!    as a policy time window: [`peak`] finds the hours, [`advise_window`] the timeout, and
+//!    [`advise_timed`] puts the three together for an endpoint with timestamped data.
 //!
 //! [`advise`] applies this to the [`Percentiles`] of each endpoint, from whatever source
 //! (a CSV of latencies: [`csv`]; a Prometheus text exposition snapshot: [`prometheus`];
@@ -32,17 +36,20 @@
 
 pub mod csv;
 mod error;
+pub mod peak;
 pub mod prometheus;
+pub mod timed;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::policy::{EndpointPolicy, PolicyError, PolicyFile};
+use crate::policy::{EndpointPolicy, PolicyError, PolicyFile, Schedule};
 use crate::retry::RetryPolicy;
 
 pub use error::AdviseError;
+pub use peak::Peak;
 
 /// The initial timeout from a baseline alone is this × its P999 (the seeds' 1200 ms → 1500 ms).
 pub const INITIAL_FACTOR: f64 = 1.25;
@@ -158,6 +165,92 @@ pub fn advise(normal: &Percentiles, stress: Option<&Percentiles>) -> Advice {
     }
 }
 
+/// A daily peak and the advice for its hours: a policy time window to suggest.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WindowAdvice {
+    /// The peak.
+    #[serde(flatten)]
+    pub peak: Peak,
+    /// The advice from the peak hours' percentiles (and the stress window's, when given).
+    pub advice: Advice,
+    /// Whether [`patch`] writes the window: its timeout is above the endpoint's all-day one
+    /// (else the all-day timeout already covers the peak).
+    pub suggested: bool,
+}
+
+/// The advice for a daily peak's window: the same rule as [`advise`], from the peak hours'
+/// percentiles; suggested when its timeout is above `all_day`'s.
+pub fn advise_window(peak: Peak, stress: Option<&Percentiles>, all_day: &Advice) -> WindowAdvice {
+    let advice = advise(&peak.percentiles, stress);
+    WindowAdvice {
+        suggested: advice.timeout > all_day.timeout,
+        peak,
+        advice,
+    }
+}
+
+/// Everything advised for one endpoint from timestamped data.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimedAdvice {
+    /// The endpoint's own advice: from the hours outside its suggested windows when there
+    /// are some, else from all its data.
+    pub advice: Advice,
+    /// The daily peaks found, each with its advice.
+    pub windows: Vec<WindowAdvice>,
+    /// The days the peak search judged (0: less than a day of data).
+    pub peak_days: usize,
+    /// The P99 alarm window by window, each judged against the policy in force then.
+    pub alarm: timed::Alarm,
+}
+
+/// The advice for an endpoint with timestamped data: `whole` (all of it), `series` (the
+/// P99 of each alarm window of `window_len`) and `peaks` (its daily peak search).
+///
+/// With daily peaks whose timeout (from the peak hours) is above the one from the other
+/// hours, the endpoint's timeout is set from the other hours and each such peak is a
+/// suggested window; else the endpoint's timeout is set from all the data, as [`advise`].
+pub fn advise_timed(
+    whole: &Percentiles,
+    stress: Option<&Percentiles>,
+    series: &[timed::WindowP99],
+    window_len: Duration,
+    peaks: peak::PeakSearch,
+) -> TimedAdvice {
+    let off_peak = peaks.off_peak.map(|p| advise(&p, stress));
+    let all_day = advise(whole, stress);
+    let judge = |base: &Advice| -> Vec<WindowAdvice> {
+        peaks
+            .peaks
+            .iter()
+            .map(|p| advise_window(p.clone(), stress, base))
+            .collect()
+    };
+    let (advice, windows) = match off_peak {
+        Some(off) if judge(&off).iter().any(|w| w.suggested) => (off, judge(&off)),
+        _ => (all_day, judge(&all_day)),
+    };
+    let in_force: Vec<(Schedule, Duration)> = windows
+        .iter()
+        .filter(|w| w.suggested)
+        .filter_map(|w| {
+            let s = Schedule::daily(&w.peak.start, &w.peak.end, &w.peak.time_zone).ok()?;
+            Some((s, w.advice.alarm_above))
+        })
+        .collect();
+    let alarm = timed::alarm(series, window_len, |at| {
+        in_force
+            .iter()
+            .find(|(s, _)| s.is_active(at))
+            .map_or(advice.alarm_above, |(_, above)| *above)
+    });
+    TimedAdvice {
+        advice,
+        windows,
+        peak_days: peaks.days,
+        alarm,
+    }
+}
+
 fn round_up(d: Duration) -> Duration {
     // Nanosecond float error (1.2 s × 1.25) must not push a whole step up.
     let step = ROUND_TO.as_nanos();
@@ -171,19 +264,30 @@ fn round_up(d: Duration) -> Duration {
 /// the policy has one, else the overall timeout. The patch is validated like any policy
 /// file; an error names the endpoint and field the advice could not be set in (a per-try
 /// timeout above the overall one, say).
+///
+/// Each suggested [`WindowAdvice`] of an endpoint in `windows` is added to it as a time
+/// window whose overrides set the same attempt timeout to the window's advice (the base's
+/// own windows are kept; a suggested one that overlaps them is refused by the loader, named).
 pub fn patch(
     advice: &BTreeMap<String, Advice>,
+    windows: &BTreeMap<String, Vec<WindowAdvice>>,
     base: Option<&PolicyFile>,
 ) -> Result<PolicyFile, PolicyError> {
     let mut endpoints = BTreeMap::new();
     for (name, a) in advice {
-        let policy = match base.and_then(|b| b.endpoint(name)) {
-            Some(p) if p.retry().per_try_timeout().is_some() => p
-                .clone()
-                .with_retry(p.retry().with_per_try_timeout(a.timeout)),
-            Some(p) => p.clone().with_overall_timeout(a.timeout),
-            None => EndpointPolicy::new(RetryPolicy::new(1)).with_overall_timeout(a.timeout),
-        };
+        let base_policy = base
+            .and_then(|b| b.endpoint(name))
+            .cloned()
+            .unwrap_or_else(|| EndpointPolicy::new(RetryPolicy::new(1)));
+        let mut policy = with_attempt_timeout(base_policy, a.timeout);
+        for w in windows.get(name).into_iter().flatten() {
+            if !w.suggested {
+                continue;
+            }
+            let schedule = Schedule::daily(&w.peak.start, &w.peak.end, &w.peak.time_zone)?;
+            let during = with_attempt_timeout(policy.clone().without_windows(), w.advice.timeout);
+            policy = policy.with_window(schedule, during);
+        }
         endpoints.insert(name.clone(), policy);
     }
     let file = PolicyFile::new(endpoints);
@@ -191,5 +295,18 @@ pub fn patch(
     PolicyFile::from_toml(&file.to_toml())
 }
 
+/// `policy` with its attempt timeout set to `timeout`: the per-try timeout when it has one,
+/// else the overall timeout.
+fn with_attempt_timeout(policy: EndpointPolicy, timeout: Duration) -> EndpointPolicy {
+    if policy.retry().per_try_timeout().is_some() {
+        let retry = policy.retry().with_per_try_timeout(timeout);
+        policy.with_retry(retry)
+    } else {
+        policy.with_overall_timeout(timeout)
+    }
+}
+
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_timed;

@@ -106,6 +106,23 @@ impl Histogram {
     }
 }
 
+impl super::timed::Latencies for Histogram {
+    fn merge(&mut self, other: &Self) {
+        for &(le, count) in &other.buckets {
+            self.add(le, count);
+        }
+    }
+
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    fn count(&self) -> u64 {
+        self.buckets.last().map_or(0, |(_, c)| c.max(0.0) as u64)
+    }
+
+    fn percentiles(&self) -> Option<Percentiles> {
+        Histogram::percentiles(self)
+    }
+}
+
 /// The histograms of `metric` (its `_bucket` series) in `text`, by the value of `label`.
 ///
 /// ```

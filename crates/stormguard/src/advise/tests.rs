@@ -178,7 +178,7 @@ fn the_patch_sets_the_attempt_timeout_and_reads_back() {
     ]
     .into_iter()
     .collect();
-    let file = patch(&advice, Some(&base)).unwrap();
+    let file = patch(&advice, &BTreeMap::new(), Some(&base)).unwrap();
     assert_eq!(
         file.endpoint("GET /search")
             .unwrap()
@@ -203,7 +203,7 @@ fn the_patch_sets_the_attempt_timeout_and_reads_back() {
         "[endpoints.\"GET /search\"]\ntimeouts = { per_try = \"300ms\", overall = \"1s\" }",
     )
     .unwrap();
-    let err = patch(&advice, Some(&tight)).unwrap_err();
+    let err = patch(&advice, &BTreeMap::new(), Some(&tight)).unwrap_err();
     assert!(err.to_string().contains("timeouts.per_try"), "{err}");
 }
 

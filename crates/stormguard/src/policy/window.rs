@@ -291,6 +291,12 @@ impl EndpointPolicy {
         self
     }
 
+    /// This policy without its time windows (the policy in force outside them).
+    pub fn without_windows(mut self) -> Self {
+        self.windows.clear();
+        self
+    }
+
     /// The time windows, in the order written.
     pub fn windows(&self) -> &[PolicyWindow] {
         &self.windows
