@@ -116,12 +116,19 @@ impl EventQueue {
         self.pushed += 1;
         let at = at.max(self.now);
         if at <= self.reference {
-            let event = (at, payload);
-            let i = self.run.partition_point(|&e| e > event);
-            self.run.insert(i, event);
+            self.insert_into_run(at, payload);
         } else {
             self.file(at, payload);
         }
+    }
+
+    /// Puts an event due no later than `reference` into its place in the run (rare: most
+    /// events are due after the ones being popped).
+    #[cold]
+    fn insert_into_run(&mut self, at: Nanos, payload: u64) {
+        let event = (at, payload);
+        let i = self.run.partition_point(|&e| e > event);
+        self.run.insert(i, event);
     }
 
     /// Puts an event after `reference` in its level and slot.

@@ -138,6 +138,8 @@ pub(super) struct Node {
 pub(super) struct Edge {
     /// The node called.
     pub(super) callee: usize,
+    /// The policy's per-try timeout in nanoseconds (read at every attempt).
+    pub(super) per_try: Option<Nanos>,
     /// The retry policy (attempts, backoff, per-try timeout, minimum call time).
     pub(super) policy: RetryPolicy,
     /// Whether an in-doubt attempt (a timeout) may be retried: idempotent or keyed.
@@ -244,6 +246,7 @@ impl Model {
                     };
                     edges.push(Edge {
                         callee,
+                        per_try: policy.retry().per_try_timeout().map(nanos),
                         policy: *policy.retry(),
                         retry_safe: policy.retry().idempotent() || call.idempotency_key,
                         budget,

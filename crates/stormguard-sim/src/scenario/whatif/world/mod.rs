@@ -10,6 +10,23 @@
 //! follows from one event at the same instant (a reply going up several layers, the next
 //! call of a request, the next request out of a queue) is worked through a stack of steps
 //! in the same event, never by recursion, so a deep graph cannot overflow the stack.
+//!
+//! # Cost
+//!
+//! Nearly every event is a request's `DONE`, so the run's cost is what one request costs
+//! from its arrival to its answer, and the loop is written for that path:
+//!
+//! - a step handler returns the step that comes *next* instead of pushing it (the stack
+//!   would pop it at once anyway), so only steps that wait for others (a freed worker
+//!   behind a reply) touch the stack, and the order is exactly the stack's;
+//! - the faults in force at a service are kept until their next change point
+//!   ([`faults`]), and each call of the graph carries its per-try timeout in nanoseconds;
+//! - a slab that is full records the error, which the event's caller returns, instead of
+//!   every handler passing a `Result` up.
+//!
+//! The order of everything that draws a random number or takes a slab slot (so the order of
+//! the events, whose ties are broken by slot numbers) is unchanged by any of this: the
+//! `whatif_pinned` test compares two whole reports with ones saved before it was written.
 
 use std::collections::VecDeque;
 
@@ -20,15 +37,17 @@ use stormguard::budget::RetryBudget;
 use stormguard::classify::Outcome;
 use stormguard::retry::{AttemptOutcome, Decision, RetryRun, StopReason};
 
-use super::inject::{Fault, Injection};
+use super::inject::Injection;
 use super::model::Model;
 use super::stats::ServiceStats;
 use crate::error::InvalidParam;
 use crate::queue::{EventQueue, pack};
 use crate::slab::Slab;
 use crate::time::{Nanos, duration};
+use faults::Faults;
 
 mod calls;
+mod faults;
 
 pub(super) const ARRIVAL: u8 = 0;
 pub(super) const DONE: u8 = 1;
@@ -56,15 +75,17 @@ enum Answer {
 /// One request at a service.
 struct Request {
     node: u32,
+    /// Its node's service (read at every step of the request).
+    service: u32,
     generation: u32,
     /// The call whose attempt this is ([`NONE`] for an entry request) and the attempt's token.
     caller: u32,
     token: u32,
+    /// The next of its node's calls to make.
+    next: u32,
     arrived: Nanos,
     /// The deadline the service honours ([`NEVER`]: none).
     deadline: Nanos,
-    /// The next of its node's calls to make.
-    next: u32,
     /// Its work is cut short by its deadline: it ends without an answer.
     cut: bool,
 }
@@ -82,6 +103,7 @@ struct CallState<'p> {
 }
 
 /// Work that follows from an event at the same instant.
+#[derive(Clone, Copy)]
 enum Step {
     /// An attempt of a call ended with an answer.
     Reply {
@@ -97,20 +119,14 @@ enum Step {
     Release { service: u32 },
 }
 
-/// The faults in force at a service at one instant.
-struct Active {
-    outage: bool,
-    p503: f64,
-    added: Nanos,
-    scale: f64,
-}
+/// What a step handler hands back: the step to work on next, before any on the stack.
+type Next = Option<Step>;
 
 /// A service's changing state.
 struct ServiceState {
     busy: u32,
     waiting: VecDeque<u32>,
-    /// Its injections: `(start, end, fault)`.
-    faults: Vec<(Nanos, Nanos, Fault)>,
+    faults: Faults,
 }
 
 /// The mutable state of one run.
@@ -136,6 +152,8 @@ pub(super) struct World<'p> {
     timers: Vec<VecDeque<(Nanos, u32, u32)>>,
     /// When each call of the graph's `TIMER` event is due ([`NEVER`]: none is scheduled).
     armed: Vec<Nanos>,
+    /// A slab that could not take another request or call: the event ends the run with it.
+    error: Option<InvalidParam>,
     /// Entry requests that succeeded and failed.
     pub(super) entry_ok: u64,
     pub(super) entry_failed: u64,
@@ -156,14 +174,7 @@ impl<'p> World<'p> {
             .map(|s| ServiceState {
                 busy: 0,
                 waiting: VecDeque::new(),
-                faults: injections
-                    .iter()
-                    .filter(|i| i.service == s.name)
-                    .map(|i| {
-                        let (start, end) = i.window();
-                        (start, end, i.fault)
-                    })
-                    .collect(),
+                faults: Faults::of(&s.name, injections),
             })
             .collect();
         World {
@@ -174,7 +185,7 @@ impl<'p> World<'p> {
             calls: Slab::new(),
             queue: EventQueue::with_capacity(4096),
             rng,
-            steps: Vec::new(),
+            steps: Vec::with_capacity(64),
             timers: model.edges.iter().map(|_| VecDeque::new()).collect(),
             armed: vec![NEVER; model.edges.len()],
             tokens: 0,
@@ -182,6 +193,7 @@ impl<'p> World<'p> {
             bin: 0,
             bin_end: bin_width,
             bin_width,
+            error: None,
             entry_ok: 0,
             entry_failed: 0,
         }
@@ -201,6 +213,7 @@ impl<'p> World<'p> {
         self.state.iter().map(|s| s.waiting.len()).collect()
     }
 
+    #[inline]
     fn token(&mut self) -> u32 {
         self.tokens = self.tokens.wrapping_add(1);
         self.tokens
@@ -208,8 +221,8 @@ impl<'p> World<'p> {
 
     /// An entry request arrives at `node`.
     pub(super) fn entry(&mut self, now: Nanos, node: usize) -> Result<(), InvalidParam> {
-        self.arrive(now, node, NONE, 0, NEVER)?;
-        self.drain(now)
+        let next = self.arrive(now, node, NONE, 0, NEVER).1;
+        self.drain(now, next)
     }
 
     /// A request's work ended.
@@ -225,32 +238,34 @@ impl<'p> World<'p> {
         if r.generation != generation {
             return Ok(());
         }
-        let node = r.node as usize;
-        let Some(n) = self.model.nodes.get(node) else {
-            return Ok(());
-        };
-        if r.cut {
-            self.requests.remove(slot);
-            if let Some(s) = self.stats.get_mut(n.service) {
+        let service = r.service;
+        let failure_rate = self
+            .model
+            .nodes
+            .get(r.node as usize)
+            .map_or(0.0, |n| n.failure_rate);
+        let next = if r.cut {
+            self.requests.free(slot);
+            if let Some(s) = self.stats.get_mut(service as usize) {
                 s.abandoned += 1;
             }
-            self.steps.push(Step::Release {
-                service: n.service as u32,
-            });
-        } else if n.failure_rate > 0.0 && self.rng.random::<f64>() < n.failure_rate {
-            self.finish(now, slot, Answer::Unavailable);
+            Some(Step::Release { service })
+        } else if failure_rate > 0.0 && self.rng.random::<f64>() < failure_rate {
+            self.finish(now, slot, Answer::Unavailable)
         } else {
-            self.steps.push(Step::Continue { request: slot });
-        }
-        self.drain(now)
+            Some(Step::Continue { request: slot })
+        };
+        self.drain(now, next)
     }
 
     /// A call's backoff ended: send its next attempt.
     pub(super) fn retry(&mut self, now: Nanos, call: u32, token: u32) -> Result<(), InvalidParam> {
-        if self.calls.get(call).is_some_and(|c| c.token == token) {
-            self.steps.push(Step::Send { call });
-        }
-        self.drain(now)
+        let next = self
+            .calls
+            .get(call)
+            .is_some_and(|c| c.token == token)
+            .then_some(Step::Send { call });
+        self.drain(now, next)
     }
 
     /// A call's attempt reached its deadline without an answer.
@@ -269,8 +284,8 @@ impl<'p> World<'p> {
         }
         // A reply to this attempt that comes later is stale.
         c.token = fresh;
-        self.decide(now, call, AttemptOutcome::TIMED_OUT);
-        self.drain(now)
+        let next = self.decide(now, call, AttemptOutcome::TIMED_OUT);
+        self.drain(now, next)
     }
 
     /// The timer of edge `edge` fired: every attempt on it whose deadline has come times
@@ -300,52 +315,33 @@ impl<'p> World<'p> {
         Ok(())
     }
 
-    /// Works through the steps until none is left.
-    fn drain(&mut self, now: Nanos) -> Result<(), InvalidParam> {
-        while let Some(step) = self.steps.pop() {
-            match step {
+    /// Works through `first` and then the steps on the stack until none is left; the error
+    /// of a slab that was full, if any.
+    #[inline]
+    fn drain(&mut self, now: Nanos, first: Next) -> Result<(), InvalidParam> {
+        let mut next = first;
+        loop {
+            let Some(step) = next.take().or_else(|| self.steps.pop()) else {
+                break;
+            };
+            next = match step {
                 Step::Reply {
                     call,
                     token,
                     answer,
                 } => self.reply(now, call, token, answer),
-                Step::Continue { request } => self.next_call(now, request)?,
-                Step::Send { call } => self.send(now, call)?,
+                Step::Continue { request } => self.next_call(now, request),
+                Step::Send { call } => self.send(now, call),
                 Step::Release { service } => self.release(now, service as usize),
-            }
+            };
         }
-        Ok(())
-    }
-
-    /// The faults in force at `service` at `now`.
-    fn active(&self, service: usize, now: Nanos) -> Active {
-        let mut active = Active {
-            outage: false,
-            p503: 0.0,
-            added: 0,
-            scale: 1.0,
-        };
-        let Some(state) = self.state.get(service) else {
-            return active;
-        };
-        for &(start, end, fault) in &state.faults {
-            if start <= now && now < end {
-                match fault {
-                    Fault::Outage => active.outage = true,
-                    Fault::Errors503(p) => active.p503 = active.p503.max(p),
-                    Fault::AddLatency(d) => {
-                        active.added = active.added.saturating_add(crate::time::nanos(d));
-                    }
-                    Fault::ScaleLatency(x) => active.scale *= x,
-                }
-            }
-        }
-        active
+        self.error.take().map_or(Ok(()), Err)
     }
 
     /// A request (an attempt of `caller`, or an entry request) arrives at `node`. Returns
-    /// when its answer is known to come, if it is: at once (refused) or at the end of work
-    /// that needs no further call.
+    /// when its answer is known to come, if it is (at once, refused; or at the end of work
+    /// that needs no further call), and the step that follows.
+    #[inline]
     fn arrive(
         &mut self,
         now: Nanos,
@@ -353,19 +349,21 @@ impl<'p> World<'p> {
         caller: u32,
         token: u32,
         deadline: Nanos,
-    ) -> Result<Option<Nanos>, InvalidParam> {
+    ) -> (Option<Nanos>, Next) {
         let model = self.model;
         let Some(n) = model.nodes.get(node) else {
-            return Ok(None);
+            return (None, None);
         };
         let service = n.service;
-        let Some(model) = model.services.get(service) else {
-            return Ok(None);
+        let (Some(m), Some(state), Some(stats)) = (
+            model.services.get(service),
+            self.state.get_mut(service),
+            self.stats.get_mut(service),
+        ) else {
+            return (None, None);
         };
-        if let Some(stats) = self.stats.get_mut(service) {
-            stats.at(self.bin).arrivals += 1;
-        }
-        let active = self.active(service, now);
+        stats.at(self.bin).arrivals += 1;
+        let active = state.faults.at(now);
         let mut refused = if active.outage {
             Some(Answer::Refused)
         } else if active.p503 > 0.0 && self.rng.random::<f64>() < active.p503 {
@@ -375,37 +373,35 @@ impl<'p> World<'p> {
         };
         let generation = self.generations;
         self.generations = self.generations.wrapping_add(1);
-        let request = Request {
-            node: node as u32,
-            generation,
-            caller,
-            token,
-            arrived: now,
-            deadline: if model.honours_deadline {
-                deadline
-            } else {
-                NEVER
-            },
-            next: 0,
-            cut: false,
-        };
         if refused.is_none() {
-            let Some(state) = self.state.get_mut(service) else {
-                return Ok(None);
+            let request = Request {
+                node: node as u32,
+                service: service as u32,
+                generation,
+                caller,
+                token,
+                next: 0,
+                arrived: now,
+                deadline: if m.honours_deadline { deadline } else { NEVER },
+                cut: false,
             };
-            if state.busy < model.workers {
-                let slot = self.insert(request)?;
-                return Ok(self.start_work(now, slot));
+            if state.busy < m.workers {
+                let Some(slot) = self.insert(request) else {
+                    return (None, None);
+                };
+                return (self.start_work(now, slot), None);
             }
-            if state.waiting.len() < model.queue {
-                let slot = self.insert(request)?;
-                if let Some(state) = self.state.get_mut(service) {
+            if state.waiting.len() < m.queue {
+                let Some(slot) = self.insert(request) else {
+                    return (None, None);
+                };
+                if let (Some(state), Some(s)) =
+                    (self.state.get_mut(service), self.stats.get_mut(service))
+                {
                     state.waiting.push_back(slot);
-                    if let Some(s) = self.stats.get_mut(service) {
-                        s.queue_peak = s.queue_peak.max(state.waiting.len());
-                    }
+                    s.queue_peak = s.queue_peak.max(state.waiting.len());
                 }
-                return Ok(None);
+                return (None, None);
             }
             refused = Some(Answer::Unavailable);
         }
@@ -413,25 +409,37 @@ impl<'p> World<'p> {
         if let Some(s) = self.stats.get_mut(service) {
             s.at(self.bin).failed += 1;
         }
-        self.answer(caller, token, refused.unwrap_or(Answer::Unavailable));
-        Ok(Some(now))
+        let next = self.answer(caller, token, refused.unwrap_or(Answer::Unavailable));
+        (Some(now), next)
     }
 
-    fn insert(&mut self, request: Request) -> Result<u32, InvalidParam> {
-        self.requests
-            .insert(request)
-            .ok_or_else(|| InvalidParam::new("rate", "too many requests in flight"))
+    /// Stores a request; `None` (and the run's error) when the slab is full.
+    #[inline]
+    fn insert(&mut self, request: Request) -> Option<u32> {
+        let slot = self.requests.insert(request);
+        if slot.is_none() {
+            self.full("too many requests in flight");
+        }
+        slot
+    }
+
+    #[cold]
+    fn full(&mut self, why: &str) {
+        self.error
+            .get_or_insert_with(|| InvalidParam::new("rate", why.to_owned()));
     }
 
     /// Gives `slot` a worker and schedules the end of its work; returns when its answer is
     /// known to come (work that ends in time and calls nothing).
+    #[inline]
     fn start_work(&mut self, now: Nanos, slot: u32) -> Option<Nanos> {
         let model = self.model;
-        let r = self.requests.get(slot)?;
+        let r = self.requests.get_mut(slot)?;
         let node = model.nodes.get(r.node as usize)?;
-        let service = node.service;
+        let service = r.service as usize;
+        let state = self.state.get_mut(service)?;
         let mut work = node.work.sample(&mut self.rng);
-        let active = self.active(service, now);
+        let active = state.faults.at(now);
         if active.scale != 1.0 {
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let scaled = (work as f64 * active.scale).min(Nanos::MAX as f64) as Nanos;
@@ -439,70 +447,88 @@ impl<'p> World<'p> {
         }
         work = work.saturating_add(active.added);
         let mut end = now.saturating_add(work);
-        let r = self.requests.get_mut(slot)?;
         if r.deadline < end {
             end = r.deadline;
             r.cut = true;
         }
         let known = (!r.cut && node.edges.is_empty()).then_some(end);
-        let generation = r.generation;
-        if let Some(state) = self.state.get_mut(service) {
-            state.busy += 1;
-        }
+        state.busy += 1;
         if let Some(s) = self.stats.get_mut(service) {
             s.at(self.bin).admitted += 1;
         }
-        self.queue.push(end, pack(DONE, slot, generation));
+        self.queue.push(end, pack(DONE, slot, r.generation));
         known
     }
 
-    /// Hands an answer to the caller.
-    fn answer(&mut self, caller: u32, token: u32, answer: Answer) {
+    /// Hands an answer to the caller: the reply step, unless it is an entry request.
+    #[inline]
+    fn answer(&mut self, caller: u32, token: u32, answer: Answer) -> Next {
         if caller == NONE {
             if answer == Answer::Ok {
                 self.entry_ok += 1;
             } else {
                 self.entry_failed += 1;
             }
+            None
         } else {
-            self.steps.push(Step::Reply {
+            Some(Step::Reply {
                 call: caller,
                 token,
                 answer,
-            });
+            })
         }
     }
 
-    /// A request ends with `answer`: its worker is free, its caller told.
-    fn finish(&mut self, now: Nanos, slot: u32, answer: Answer) {
-        let Some(r) = self.requests.remove(slot) else {
-            return;
-        };
-        let Some(node) = self.model.nodes.get(r.node as usize) else {
-            return;
-        };
-        if let Some(s) = self.stats.get_mut(node.service) {
+    /// A request ends with `answer`: its worker is freed once its caller has been told.
+    #[inline]
+    fn finish(&mut self, now: Nanos, slot: u32, answer: Answer) -> Next {
+        let r = self.requests.get(slot)?;
+        let (service, caller, token, arrived) = (r.service, r.caller, r.token, r.arrived);
+        self.requests.free(slot);
+        if let Some(s) = self.stats.get_mut(service as usize) {
             if answer == Answer::Ok {
                 s.at(self.bin).ok += 1;
-                s.record_latency(now - r.arrived);
+                s.record_latency(now - arrived);
             } else {
                 s.at(self.bin).failed += 1;
             }
         }
-        self.steps.push(Step::Release {
-            service: node.service as u32,
-        });
-        self.answer(r.caller, r.token, answer);
+        let release = Step::Release { service };
+        match self.answer(caller, token, answer) {
+            Some(reply) => {
+                self.steps.push(release);
+                Some(reply)
+            }
+            None => Some(release),
+        }
     }
 
     /// A worker of `service` is free: the next request in its queue gets it. A request
     /// whose deadline passed while it waited is dropped at no cost when the service honours
     /// deadlines.
-    fn release(&mut self, now: Nanos, service: usize) {
-        let Some(state) = self.state.get_mut(service) else {
-            return;
-        };
+    #[inline]
+    fn release(&mut self, now: Nanos, service: usize) -> Next {
+        let state = self.state.get_mut(service)?;
         state.busy = state.busy.saturating_sub(1);
+        while let Some(next) = state.waiting.pop_front() {
+            let expired = self.requests.get(next).is_some_and(|r| r.deadline <= now);
+            if expired {
+                self.requests.free(next);
+                if let Some(s) = self.stats.get_mut(service) {
+                    s.abandoned += 1;
+                }
+                return self.release_more(now, service);
+            }
+            self.start_work(now, next);
+            break;
+        }
+        None
+    }
+
+    /// The rest of [`release`](World::release) once a queued request was dropped (rare:
+    /// kept out of the common path).
+    #[cold]
+    fn release_more(&mut self, now: Nanos, service: usize) -> Next {
         while let Some(next) = self
             .state
             .get_mut(service)
@@ -510,7 +536,7 @@ impl<'p> World<'p> {
         {
             let expired = self.requests.get(next).is_some_and(|r| r.deadline <= now);
             if expired {
-                self.requests.remove(next);
+                self.requests.free(next);
                 if let Some(s) = self.stats.get_mut(service) {
                     s.abandoned += 1;
                 }
@@ -519,5 +545,6 @@ impl<'p> World<'p> {
             self.start_work(now, next);
             break;
         }
+        None
     }
 }
