@@ -7,7 +7,7 @@ use super::*;
 impl World<'_> {
     /// Drops answered attempts from the front of edge `e`'s timers and schedules its event
     /// for the first one still waiting, unless one is scheduled.
-    #[inline]
+    #[inline(always)]
     pub(super) fn arm(&mut self, e: usize) {
         if self.armed.get(e).is_none_or(|&at| at != NEVER) {
             return;
@@ -28,7 +28,7 @@ impl World<'_> {
     }
 
     /// Request `slot` makes its next call, or finishes when it has made them all.
-    #[inline]
+    #[inline(always)]
     pub(super) fn next_call(&mut self, now: Nanos, slot: u32) -> Next {
         let model = self.model;
         let r = self.requests.get_mut(slot)?;
@@ -68,7 +68,7 @@ impl World<'_> {
     }
 
     /// Sends the next attempt of `call`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn send(&mut self, now: Nanos, call: u32) -> Next {
         let model = self.model;
         let token = self.token();
@@ -103,7 +103,7 @@ impl World<'_> {
     }
 
     /// An attempt of `call` was answered.
-    #[inline]
+    #[inline(always)]
     pub(super) fn reply(&mut self, now: Nanos, call: u32, token: u32, answer: Answer) -> Next {
         let model = self.model;
         let c = self.calls.get(call)?;
@@ -124,7 +124,7 @@ impl World<'_> {
     }
 
     /// Records how an attempt of `call` ended and follows the core's decision.
-    #[inline]
+    #[inline(always)]
     pub(super) fn decide(&mut self, now: Nanos, call: u32, ended: AttemptOutcome) -> Next {
         let c = self.calls.get_mut(call)?;
         if let Some(permit) = c.permit.take() {
@@ -147,7 +147,7 @@ impl World<'_> {
     }
 
     /// `call` stopped: its request goes on, or fails.
-    #[inline]
+    #[inline(always)]
     pub(super) fn end_call(&mut self, now: Nanos, call: u32, reason: StopReason) -> Next {
         let model = self.model;
         let c = self.calls.get(call)?;

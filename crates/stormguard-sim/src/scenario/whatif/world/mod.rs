@@ -341,7 +341,7 @@ impl<'p> World<'p> {
     /// A request (an attempt of `caller`, or an entry request) arrives at `node`. Returns
     /// when its answer is known to come, if it is (at once, refused; or at the end of work
     /// that needs no further call), and the step that follows.
-    #[inline]
+    #[inline(always)]
     fn arrive(
         &mut self,
         now: Nanos,
@@ -414,7 +414,7 @@ impl<'p> World<'p> {
     }
 
     /// Stores a request; `None` (and the run's error) when the slab is full.
-    #[inline]
+    #[inline(always)]
     fn insert(&mut self, request: Request) -> Option<u32> {
         let slot = self.requests.insert(request);
         if slot.is_none() {
@@ -431,7 +431,7 @@ impl<'p> World<'p> {
 
     /// Gives `slot` a worker and schedules the end of its work; returns when its answer is
     /// known to come (work that ends in time and calls nothing).
-    #[inline]
+    #[inline(always)]
     fn start_work(&mut self, now: Nanos, slot: u32) -> Option<Nanos> {
         let model = self.model;
         let r = self.requests.get_mut(slot)?;
@@ -461,7 +461,7 @@ impl<'p> World<'p> {
     }
 
     /// Hands an answer to the caller: the reply step, unless it is an entry request.
-    #[inline]
+    #[inline(always)]
     fn answer(&mut self, caller: u32, token: u32, answer: Answer) -> Next {
         if caller == NONE {
             if answer == Answer::Ok {
@@ -480,7 +480,7 @@ impl<'p> World<'p> {
     }
 
     /// A request ends with `answer`: its worker is freed once its caller has been told.
-    #[inline]
+    #[inline(always)]
     fn finish(&mut self, now: Nanos, slot: u32, answer: Answer) -> Next {
         let r = self.requests.get(slot)?;
         let (service, caller, token, arrived) = (r.service, r.caller, r.token, r.arrived);
@@ -506,7 +506,7 @@ impl<'p> World<'p> {
     /// A worker of `service` is free: the next request in its queue gets it. A request
     /// whose deadline passed while it waited is dropped at no cost when the service honours
     /// deadlines.
-    #[inline]
+    #[inline(always)]
     fn release(&mut self, now: Nanos, service: usize) -> Next {
         let state = self.state.get_mut(service)?;
         state.busy = state.busy.saturating_sub(1);
