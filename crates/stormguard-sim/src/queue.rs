@@ -110,7 +110,7 @@ impl EventQueue {
     }
 
     /// Schedules the event `payload` at `at` (at or after the last event popped).
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, at: Nanos, payload: u64) {
         self.len += 1;
         self.pushed += 1;
@@ -132,7 +132,7 @@ impl EventQueue {
     }
 
     /// Puts an event after `reference` in its level and slot.
-    #[inline]
+    #[inline(always)]
     fn file(&mut self, at: Nanos, payload: u64) {
         let level = ((u64::BITS - 1 - (at ^ self.reference).leading_zeros()) / 8) as usize;
         let slot = ((at >> (8 * level)) & 0xFF) as usize;
@@ -194,7 +194,9 @@ impl EventQueue {
             }
             if !self.run.is_empty() {
                 if self.run.len() > 1 {
-                    self.run.sort_unstable_by(|a, b| b.cmp(a));
+                    self.run.sort_unstable_by_key(|&(at, payload)| {
+                        std::cmp::Reverse((u128::from(at) << 64) | u128::from(payload))
+                    });
                 }
                 return Some(());
             }

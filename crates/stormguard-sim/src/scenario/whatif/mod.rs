@@ -84,7 +84,7 @@ use stats::{ServiceStats, recovery_bins};
 
 /// The most bins a what-if run may have: each service keeps a series of that many counts.
 pub const MAX_SERIES_BINS: u64 = 100_000;
-use world::{ARRIVAL, DONE, RETRY, TIMEOUT, TIMER, World};
+use world::{ARRIVAL, TIMER, World};
 
 /// How to run a graph.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -394,11 +394,8 @@ pub fn run(
                     progress.set(arrived);
                 }
             }
-            DONE => w.done(now, slot, operand)?,
-            RETRY => w.retry(now, slot, operand)?,
-            TIMEOUT => w.timeout(now, slot, operand)?,
             TIMER => w.timer(now, slot)?,
-            _ => {}
+            _ => w.handle(now, kind, slot, operand)?,
         }
     }
     progress.finish();

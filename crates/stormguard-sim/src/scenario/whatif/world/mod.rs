@@ -222,21 +222,35 @@ impl<'p> World<'p> {
     /// An entry request arrives at `node`.
     pub(super) fn entry(&mut self, now: Nanos, node: usize) -> Result<(), InvalidParam> {
         let next = self.arrive(now, node, NONE, 0, NEVER).1;
-        self.drain(now, next)
+        self.drain_out_of_line(now, next)
+    }
+
+    /// Handles a `DONE`, `RETRY` or `TIMEOUT` event and everything that follows from it.
+    ///
+    /// Nearly every event of a run comes here, so this is the one place the step loop is
+    /// inlined into.
+    pub(super) fn handle(
+        &mut self,
+        now: Nanos,
+        kind: u8,
+        slot: u32,
+        operand: u32,
+    ) -> Result<(), InvalidParam> {
+        let first = match kind {
+            DONE => self.done(now, slot, operand),
+            RETRY => self.retry(slot, operand),
+            TIMEOUT => self.timeout(now, slot, operand),
+            _ => None,
+        };
+        self.drain(now, first)
     }
 
     /// A request's work ended.
-    pub(super) fn done(
-        &mut self,
-        now: Nanos,
-        slot: u32,
-        generation: u32,
-    ) -> Result<(), InvalidParam> {
-        let Some(r) = self.requests.get(slot) else {
-            return Ok(());
-        };
+    #[inline(always)]
+    fn done(&mut self, now: Nanos, slot: u32, generation: u32) -> Next {
+        let r = self.requests.get(slot)?;
         if r.generation != generation {
-            return Ok(());
+            return None;
         }
         let service = r.service;
         let failure_rate = self
@@ -244,7 +258,7 @@ impl<'p> World<'p> {
             .nodes
             .get(r.node as usize)
             .map_or(0.0, |n| n.failure_rate);
-        let next = if r.cut {
+        if r.cut {
             self.requests.free(slot);
             if let Some(s) = self.stats.get_mut(service as usize) {
                 s.abandoned += 1;
@@ -254,38 +268,29 @@ impl<'p> World<'p> {
             self.finish(now, slot, Answer::Unavailable)
         } else {
             Some(Step::Continue { request: slot })
-        };
-        self.drain(now, next)
+        }
     }
 
     /// A call's backoff ended: send its next attempt.
-    pub(super) fn retry(&mut self, now: Nanos, call: u32, token: u32) -> Result<(), InvalidParam> {
-        let next = self
-            .calls
+    #[inline(always)]
+    fn retry(&mut self, call: u32, token: u32) -> Next {
+        self.calls
             .get(call)
             .is_some_and(|c| c.token == token)
-            .then_some(Step::Send { call });
-        self.drain(now, next)
+            .then_some(Step::Send { call })
     }
 
     /// A call's attempt reached its deadline without an answer.
-    pub(super) fn timeout(
-        &mut self,
-        now: Nanos,
-        call: u32,
-        token: u32,
-    ) -> Result<(), InvalidParam> {
+    #[inline(always)]
+    fn timeout(&mut self, now: Nanos, call: u32, token: u32) -> Next {
         let fresh = self.token();
-        let Some(c) = self.calls.get_mut(call) else {
-            return Ok(());
-        };
+        let c = self.calls.get_mut(call)?;
         if c.token != token {
-            return Ok(());
+            return None;
         }
         // A reply to this attempt that comes later is stale.
         c.token = fresh;
-        let next = self.decide(now, call, AttemptOutcome::TIMED_OUT);
-        self.drain(now, next)
+        self.decide(now, call, AttemptOutcome::TIMED_OUT)
     }
 
     /// The timer of edge `edge` fired: every attempt on it whose deadline has come times
@@ -306,7 +311,8 @@ impl<'p> World<'p> {
                     if let Some(fifo) = self.timers.get_mut(e) {
                         fifo.pop_front();
                     }
-                    self.timeout(now, call, token)?;
+                    let next = self.timeout(now, call, token);
+                    self.drain_out_of_line(now, next)?;
                 }
                 _ => break,
             }
@@ -315,9 +321,16 @@ impl<'p> World<'p> {
         Ok(())
     }
 
+    /// [`drain`](World::drain) for the rarer events (arrivals, timers), kept out of line
+    /// so that only [`handle`](World::handle) holds a copy of the loop.
+    #[inline(never)]
+    fn drain_out_of_line(&mut self, now: Nanos, first: Next) -> Result<(), InvalidParam> {
+        self.drain(now, first)
+    }
+
     /// Works through `first` and then the steps on the stack until none is left; the error
     /// of a slab that was full, if any.
-    #[inline]
+    #[inline(always)]
     fn drain(&mut self, now: Nanos, first: Next) -> Result<(), InvalidParam> {
         let mut next = first;
         loop {
