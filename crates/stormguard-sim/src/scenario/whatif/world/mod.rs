@@ -333,10 +333,7 @@ impl<'p> World<'p> {
     #[inline(always)]
     fn drain(&mut self, now: Nanos, first: Next) -> Result<(), InvalidParam> {
         let mut next = first;
-        loop {
-            let Some(step) = next.take().or_else(|| self.steps.pop()) else {
-                break;
-            };
+        while let Some(step) = next.take().or_else(|| self.steps.pop()) {
             next = match step {
                 Step::Reply {
                     call,
@@ -523,18 +520,15 @@ impl<'p> World<'p> {
     fn release(&mut self, now: Nanos, service: usize) -> Next {
         let state = self.state.get_mut(service)?;
         state.busy = state.busy.saturating_sub(1);
-        while let Some(next) = state.waiting.pop_front() {
-            let expired = self.requests.get(next).is_some_and(|r| r.deadline <= now);
-            if expired {
-                self.requests.free(next);
-                if let Some(s) = self.stats.get_mut(service) {
-                    s.abandoned += 1;
-                }
-                return self.release_more(now, service);
+        let next = state.waiting.pop_front()?;
+        if self.requests.get(next).is_some_and(|r| r.deadline <= now) {
+            self.requests.free(next);
+            if let Some(s) = self.stats.get_mut(service) {
+                s.abandoned += 1;
             }
-            self.start_work(now, next);
-            break;
+            return self.release_more(now, service);
         }
+        self.start_work(now, next);
         None
     }
 
