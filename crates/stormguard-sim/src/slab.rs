@@ -49,7 +49,10 @@ impl<T> Slab<T> {
     }
 
     /// Stores `value`; `None` when all [`MAX_SLOT`] + 1 slots are taken.
-    #[inline]
+    ///
+    /// Always inlined: the value is then written straight into its slot, not built and
+    /// copied (the simulator's per-call state is over a hundred bytes).
+    #[inline(always)]
     pub fn insert(&mut self, value: T) -> Option<u32> {
         let id = match self.free.pop() {
             Some(id) => {
