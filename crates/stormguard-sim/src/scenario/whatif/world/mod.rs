@@ -16,11 +16,17 @@
 //! Nearly every event is a request's `DONE`, so the run's cost is what one request costs
 //! from its arrival to its answer, and the loop is written for that path:
 //!
+//! - one handler ([`World::handle`]) takes every `DONE`, `RETRY` and `TIMEOUT` and holds the
+//!   step loop with the per-request code inlined into it (one function, no calls between the
+//!   steps of a request);
 //! - a step handler returns the step that comes *next* instead of pushing it (the stack
 //!   would pop it at once anyway), so only steps that wait for others (a freed worker
 //!   behind a reply) touch the stack, and the order is exactly the stack's;
 //! - the faults in force at a service are kept until their next change point
 //!   ([`faults`]), and each call of the graph carries its per-try timeout in nanoseconds;
+//! - latencies are counted in buckets of our own and handed to the HDR histogram only for
+//!   the report ([`latency`](super::latency));
+//! - slab slots are written and dropped where they lie, never copied in or out;
 //! - a slab that is full records the error, which the event's caller returns, instead of
 //!   every handler passing a `Result` up.
 //!
