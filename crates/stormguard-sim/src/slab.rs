@@ -96,7 +96,7 @@ impl<T> Slab<T> {
 
     /// Empties slot `id`, dropping what it held where it lies (no copy out, unlike
     /// [`remove`](Slab::remove)); whether it was taken.
-    #[inline]
+    #[inline(always)]
     pub fn free(&mut self, id: u32) -> bool {
         let Some(slot) = self.slots.get_mut(id as usize) else {
             return false;
