@@ -404,7 +404,7 @@ pub fn run(
     let services = model
         .services
         .iter()
-        .zip(&w.stats)
+        .zip(w.stats())
         .zip(queued)
         .map(|((service, s), queue_at_end)| {
             row(

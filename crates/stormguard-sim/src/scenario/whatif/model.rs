@@ -149,6 +149,8 @@ pub(super) struct Node {
 pub(super) struct Edge {
     /// The node called.
     pub(super) callee: usize,
+    /// The called node's service.
+    pub(super) callee_service: usize,
     /// The policy's per-try timeout in nanoseconds (read at every attempt).
     pub(super) per_try: Option<Nanos>,
     /// The retry policy (attempts, backoff, per-try timeout, minimum call time).
@@ -225,7 +227,7 @@ impl Model {
                 };
                 let first = edges.len();
                 for call in &endpoint.calls {
-                    let Some(&(callee, _)) =
+                    let Some(&(callee, callee_service)) =
                         index.get(&(call.service.as_str(), call.endpoint.as_str()))
                     else {
                         return Err(InvalidParam::new(
@@ -257,6 +259,7 @@ impl Model {
                     };
                     edges.push(Edge {
                         callee,
+                        callee_service,
                         per_try: policy.retry().per_try_timeout().map(nanos),
                         policy: *policy.retry(),
                         retry_safe: policy.retry().idempotent() || call.idempotency_key,

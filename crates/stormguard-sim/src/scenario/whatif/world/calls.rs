@@ -86,7 +86,14 @@ impl World<'_> {
         let deadline = per_try.map_or(c.deadline, |t| t.min(c.deadline));
         c.token = token;
         c.sent = now;
-        let (known, next) = self.arrive(now, edge.callee, call, token, deadline);
+        let (known, next) = self.arrive(
+            now,
+            edge.callee,
+            edge.callee_service,
+            call,
+            token,
+            deadline,
+        );
         if deadline != NEVER && known.is_none_or(|at| at > deadline) {
             if per_try == Some(deadline) {
                 // Every attempt on this call of the graph gets the same per-try timeout,

@@ -128,18 +128,24 @@ enum Step {
 /// What a step handler hands back: the step to work on next, before any on the stack.
 type Next = Option<Step>;
 
-/// A service's changing state.
+/// A service: its limits (copied from the model, so that a request's arrival reads one
+/// place), its changing state and what it saw.
 struct ServiceState {
+    /// Workers (`u32::MAX`: no limit).
+    workers: u32,
+    /// Queue places (`usize::MAX`: no limit).
+    queue: usize,
+    honours_deadline: bool,
     busy: u32,
     waiting: VecDeque<u32>,
     faults: Faults,
+    stats: ServiceStats,
 }
 
 /// The mutable state of one run.
 pub(super) struct World<'p> {
     model: &'p Model,
     state: Vec<ServiceState>,
-    pub(super) stats: Vec<ServiceStats>,
     requests: Slab<Request>,
     calls: Slab<CallState<'p>>,
     pub(super) queue: EventQueue,
@@ -177,16 +183,20 @@ impl<'p> World<'p> {
         let state = model
             .services
             .iter()
-            .map(|s| ServiceState {
+            .zip(stats)
+            .map(|(s, stats)| ServiceState {
+                workers: s.workers,
+                queue: s.queue,
+                honours_deadline: s.honours_deadline,
                 busy: 0,
                 waiting: VecDeque::new(),
                 faults: Faults::of(&s.name, injections),
+                stats,
             })
             .collect();
         World {
             model,
             state,
-            stats,
             requests: Slab::new(),
             calls: Slab::new(),
             queue: EventQueue::with_capacity(4096),
@@ -214,6 +224,11 @@ impl<'p> World<'p> {
         }
     }
 
+    /// What each service saw, in the model's order.
+    pub(super) fn stats(&self) -> impl Iterator<Item = &ServiceStats> {
+        self.state.iter().map(|s| &s.stats)
+    }
+
     /// Requests waiting in each service's queue.
     pub(super) fn queued(&self) -> Vec<usize> {
         self.state.iter().map(|s| s.waiting.len()).collect()
@@ -227,7 +242,10 @@ impl<'p> World<'p> {
 
     /// An entry request arrives at `node`.
     pub(super) fn entry(&mut self, now: Nanos, node: usize) -> Result<(), InvalidParam> {
-        let next = self.arrive(now, node, NONE, 0, NEVER).1;
+        let Some(service) = self.model.nodes.get(node).map(|n| n.service) else {
+            return Ok(());
+        };
+        let next = self.arrive(now, node, service, NONE, 0, NEVER).1;
         self.drain_out_of_line(now, next)
     }
 
@@ -266,8 +284,8 @@ impl<'p> World<'p> {
             .map_or(0.0, |n| n.failure_rate);
         if r.cut {
             self.requests.free(slot);
-            if let Some(s) = self.stats.get_mut(service as usize) {
-                s.abandoned += 1;
+            if let Some(s) = self.state.get_mut(service as usize) {
+                s.stats.abandoned += 1;
             }
             Some(Step::Release { service })
         } else if failure_rate > 0.0 && self.rng.random::<f64>() < failure_rate {
@@ -362,23 +380,15 @@ impl<'p> World<'p> {
         &mut self,
         now: Nanos,
         node: usize,
+        service: usize,
         caller: u32,
         token: u32,
         deadline: Nanos,
     ) -> (Option<Nanos>, Next) {
-        let model = self.model;
-        let Some(n) = model.nodes.get(node) else {
+        let Some(state) = self.state.get_mut(service) else {
             return (None, None);
         };
-        let service = n.service;
-        let (Some(m), Some(state), Some(stats)) = (
-            model.services.get(service),
-            self.state.get_mut(service),
-            self.stats.get_mut(service),
-        ) else {
-            return (None, None);
-        };
-        stats.at(self.bin).arrivals += 1;
+        state.stats.at(self.bin).arrivals += 1;
         let active = state.faults.at(now);
         let mut refused = if active.outage {
             Some(Answer::Refused)
@@ -398,32 +408,34 @@ impl<'p> World<'p> {
                 token,
                 next: 0,
                 arrived: now,
-                deadline: if m.honours_deadline { deadline } else { NEVER },
+                deadline: if state.honours_deadline {
+                    deadline
+                } else {
+                    NEVER
+                },
                 cut: false,
             };
-            if state.busy < m.workers {
+            if state.busy < state.workers {
                 let Some(slot) = self.insert(request) else {
                     return (None, None);
                 };
                 return (self.start_work(now, slot), None);
             }
-            if state.waiting.len() < m.queue {
+            if state.waiting.len() < state.queue {
                 let Some(slot) = self.insert(request) else {
                     return (None, None);
                 };
-                if let (Some(state), Some(s)) =
-                    (self.state.get_mut(service), self.stats.get_mut(service))
-                {
+                if let Some(state) = self.state.get_mut(service) {
                     state.waiting.push_back(slot);
-                    s.queue_peak = s.queue_peak.max(state.waiting.len());
+                    state.stats.queue_peak = state.stats.queue_peak.max(state.waiting.len());
                 }
                 return (None, None);
             }
             refused = Some(Answer::Unavailable);
         }
         // Answered at once, without a worker.
-        if let Some(s) = self.stats.get_mut(service) {
-            s.at(self.bin).failed += 1;
+        if let Some(s) = self.state.get_mut(service) {
+            s.stats.at(self.bin).failed += 1;
         }
         let next = self.answer(caller, token, refused.unwrap_or(Answer::Unavailable));
         (Some(now), next)
@@ -469,9 +481,7 @@ impl<'p> World<'p> {
         }
         let known = (!r.cut && node.edges.is_empty()).then_some(end);
         state.busy += 1;
-        if let Some(s) = self.stats.get_mut(service) {
-            s.at(self.bin).admitted += 1;
-        }
+        state.stats.at(self.bin).admitted += 1;
         self.queue.push(end, pack(DONE, slot, r.generation));
         known
     }
@@ -501,7 +511,7 @@ impl<'p> World<'p> {
         let r = self.requests.get(slot)?;
         let (service, caller, token, arrived) = (r.service, r.caller, r.token, r.arrived);
         self.requests.free(slot);
-        if let Some(s) = self.stats.get_mut(service as usize) {
+        if let Some(s) = self.state.get_mut(service as usize).map(|s| &mut s.stats) {
             if answer == Answer::Ok {
                 s.at(self.bin).ok += 1;
                 s.record_latency(now - arrived);
@@ -529,8 +539,8 @@ impl<'p> World<'p> {
         let next = state.waiting.pop_front()?;
         if self.requests.get(next).is_some_and(|r| r.deadline <= now) {
             self.requests.free(next);
-            if let Some(s) = self.stats.get_mut(service) {
-                s.abandoned += 1;
+            if let Some(s) = self.state.get_mut(service) {
+                s.stats.abandoned += 1;
             }
             return self.release_more(now, service);
         }
@@ -550,8 +560,8 @@ impl<'p> World<'p> {
             let expired = self.requests.get(next).is_some_and(|r| r.deadline <= now);
             if expired {
                 self.requests.free(next);
-                if let Some(s) = self.stats.get_mut(service) {
-                    s.abandoned += 1;
+                if let Some(s) = self.state.get_mut(service) {
+                    s.stats.abandoned += 1;
                 }
                 continue;
             }
