@@ -87,8 +87,10 @@ struct Request {
     /// The call whose attempt this is ([`NONE`] for an entry request) and the attempt's token.
     caller: u32,
     token: u32,
-    /// The next of its node's calls to make.
+    /// Its next call to make and the end of its calls, as indices into the model's calls
+    /// (set when it starts work, from its node).
     next: u32,
+    end: u32,
     arrived: Nanos,
     /// The deadline the service honours ([`NEVER`]: none).
     deadline: Nanos,
@@ -407,6 +409,7 @@ impl<'p> World<'p> {
                 caller,
                 token,
                 next: 0,
+                end: 0,
                 arrived: now,
                 deadline: if state.honours_deadline {
                     deadline
@@ -480,6 +483,8 @@ impl<'p> World<'p> {
             r.cut = true;
         }
         let known = (!r.cut && node.edges.is_empty()).then_some(end);
+        r.next = node.edges.start as u32;
+        r.end = node.edges.end as u32;
         state.busy += 1;
         state.stats.at(self.bin).admitted += 1;
         self.queue.push(end, pack(DONE, slot, r.generation));
