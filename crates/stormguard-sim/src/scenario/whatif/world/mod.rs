@@ -359,7 +359,15 @@ impl<'p> World<'p> {
     #[inline(always)]
     fn drain(&mut self, now: Nanos, first: Next) -> Result<(), InvalidParam> {
         let mut next = first;
-        while let Some(step) = next.take().or_else(|| self.steps.pop()) {
+        loop {
+            // `next` is overwritten below: read, not taken.
+            let step = match next {
+                Some(step) => step,
+                None => match self.steps.pop() {
+                    Some(step) => step,
+                    None => break,
+                },
+            };
             next = match step {
                 Step::Reply {
                     call,
