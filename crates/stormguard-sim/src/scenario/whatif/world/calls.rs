@@ -77,7 +77,10 @@ impl World<'_> {
             match breaker.try_acquire_owned() {
                 Ok(permit) => c.permit = Some(permit),
                 // A refused retry's withdrawal is given back when the run is dropped.
-                Err(_) => return self.end_call(now, call, StopReason::BreakerOpen),
+                Err(_) => {
+                    let (request, edge) = (c.request, c.edge);
+                    return self.end_call(now, call, request, edge, StopReason::BreakerOpen);
+                }
             }
         }
         let edge_index = c.edge;
@@ -85,14 +88,8 @@ impl World<'_> {
         let deadline = per_try.map_or(c.deadline, |t| t.min(c.deadline));
         c.token = token;
         c.sent = now;
-        let (known, next) = self.arrive(
-            now,
-            edge.callee,
-            edge.callee_service,
-            call,
-            token,
-            deadline,
-        );
+        let (known, next) =
+            self.arrive(now, edge.callee, edge.callee_service, call, token, deadline);
         if deadline != NEVER && known.is_none_or(|at| at > deadline) {
             if per_try == Some(deadline) {
                 // Every attempt on this call of the graph gets the same per-try timeout,
@@ -148,16 +145,24 @@ impl World<'_> {
                 self.queue.push(at, pack(RETRY, call, token));
                 None
             }
-            Decision::Stop(reason) => self.end_call(now, call, reason),
+            Decision::Stop(reason) => {
+                let (request, edge) = (c.request, c.edge);
+                self.end_call(now, call, request, edge, reason)
+            }
         }
     }
 
-    /// `call` stopped: its request goes on, or fails.
+    /// `call` (of `request`, on `edge`) stopped: its request goes on, or fails.
     #[inline(always)]
-    pub(super) fn end_call(&mut self, now: Nanos, call: u32, reason: StopReason) -> Next {
+    pub(super) fn end_call(
+        &mut self,
+        now: Nanos,
+        call: u32,
+        request: u32,
+        edge: u32,
+        reason: StopReason,
+    ) -> Next {
         let model = self.model;
-        let c = self.calls.get(call)?;
-        let (request, edge) = (c.request, c.edge);
         // Dropped where it lies: the run tells its budget that the call ended (nothing
         // below reads the budget, so this may come before the request goes on).
         self.calls.free(call);

@@ -44,7 +44,7 @@ use stormguard::classify::Outcome;
 use stormguard::retry::{AttemptOutcome, Decision, RetryRun, StopReason};
 
 use super::inject::Injection;
-use super::model::Model;
+use super::model::{Model, Node};
 use super::stats::ServiceStats;
 use crate::error::InvalidParam;
 use crate::queue::{EventQueue, pack};
@@ -427,10 +427,19 @@ impl<'p> World<'p> {
                 cut: false,
             };
             if state.busy < state.workers {
+                let Some(n) = self.model.nodes.get(node) else {
+                    return (None, None);
+                };
+                let mut request = request;
+                let end = begin_work(now, n, state, &mut self.rng, self.bin, &mut request);
+                // Work that ends in time and calls nothing: its answer is known to come then.
+                let known = (!request.cut && n.edges.is_empty()).then_some(end);
+                let generation = request.generation;
                 let Some(slot) = self.insert(request) else {
                     return (None, None);
                 };
-                return (self.start_work(now, slot), None);
+                self.queue.push(end, pack(DONE, slot, generation));
+                return (known, None);
             }
             if state.waiting.len() < state.queue {
                 let Some(slot) = self.insert(request) else {
@@ -468,35 +477,17 @@ impl<'p> World<'p> {
             .get_or_insert_with(|| InvalidParam::new("rate", why.to_owned()));
     }
 
-    /// Gives `slot` a worker and schedules the end of its work; returns when its answer is
-    /// known to come (work that ends in time and calls nothing).
+    /// Gives `slot` (waiting in its service's queue) a worker and schedules the end of its
+    /// work.
     #[inline(always)]
-    fn start_work(&mut self, now: Nanos, slot: u32) -> Option<Nanos> {
+    fn start_work(&mut self, now: Nanos, slot: u32) -> Option<()> {
         let model = self.model;
         let r = self.requests.get_mut(slot)?;
         let node = model.nodes.get(r.node as usize)?;
-        let service = r.service as usize;
-        let state = self.state.get_mut(service)?;
-        let mut work = node.work.sample(&mut self.rng);
-        let active = state.faults.at(now);
-        if active.scale != 1.0 {
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let scaled = (work as f64 * active.scale).min(Nanos::MAX as f64) as Nanos;
-            work = scaled;
-        }
-        work = work.saturating_add(active.added);
-        let mut end = now.saturating_add(work);
-        if r.deadline < end {
-            end = r.deadline;
-            r.cut = true;
-        }
-        let known = (!r.cut && node.edges.is_empty()).then_some(end);
-        r.next = node.edges.start as u32;
-        r.end = node.edges.end as u32;
-        state.busy += 1;
-        state.stats.at(self.bin).admitted += 1;
+        let state = self.state.get_mut(r.service as usize)?;
+        let end = begin_work(now, node, state, &mut self.rng, self.bin, r);
         self.queue.push(end, pack(DONE, slot, r.generation));
-        known
+        Some(())
     }
 
     /// Hands an answer to the caller: the reply step, unless it is an entry request.
@@ -583,4 +574,35 @@ impl<'p> World<'p> {
         }
         None
     }
+}
+
+/// `r` gets a worker of `state` at `now`: draws its work (the faults in force stretch it)
+/// and returns when it ends, cut at its deadline; `r` is made ready to make its node's calls.
+#[inline(always)]
+fn begin_work(
+    now: Nanos,
+    node: &Node,
+    state: &mut ServiceState,
+    rng: &mut SmallRng,
+    bin: usize,
+    r: &mut Request,
+) -> Nanos {
+    let mut work = node.work.sample(rng);
+    let active = state.faults.at(now);
+    if active.scale != 1.0 {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let scaled = (work as f64 * active.scale).min(Nanos::MAX as f64) as Nanos;
+        work = scaled;
+    }
+    work = work.saturating_add(active.added);
+    let mut end = now.saturating_add(work);
+    if r.deadline < end {
+        end = r.deadline;
+        r.cut = true;
+    }
+    r.next = node.edges.start as u32;
+    r.end = node.edges.end as u32;
+    state.busy += 1;
+    state.stats.at(bin).admitted += 1;
+    end
 }
