@@ -110,22 +110,29 @@ impl EventQueue {
     }
 
     /// Schedules the event `payload` at `at` (at or after the last event popped).
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, at: Nanos, payload: u64) {
         self.len += 1;
         self.pushed += 1;
         let at = at.max(self.now);
         if at <= self.reference {
-            let event = (at, payload);
-            let i = self.run.partition_point(|&e| e > event);
-            self.run.insert(i, event);
+            self.insert_into_run(at, payload);
         } else {
             self.file(at, payload);
         }
     }
 
+    /// Puts an event due no later than `reference` into its place in the run (rare: most
+    /// events are due after the ones being popped).
+    #[cold]
+    fn insert_into_run(&mut self, at: Nanos, payload: u64) {
+        let event = (at, payload);
+        let i = self.run.partition_point(|&e| e > event);
+        self.run.insert(i, event);
+    }
+
     /// Puts an event after `reference` in its level and slot.
-    #[inline]
+    #[inline(always)]
     fn file(&mut self, at: Nanos, payload: u64) {
         let level = ((u64::BITS - 1 - (at ^ self.reference).leading_zeros()) / 8) as usize;
         let slot = ((at >> (8 * level)) & 0xFF) as usize;
@@ -187,7 +194,9 @@ impl EventQueue {
             }
             if !self.run.is_empty() {
                 if self.run.len() > 1 {
-                    self.run.sort_unstable_by(|a, b| b.cmp(a));
+                    self.run.sort_unstable_by_key(|&(at, payload)| {
+                        std::cmp::Reverse((u128::from(at) << 64) | u128::from(payload))
+                    });
                 }
                 return Some(());
             }

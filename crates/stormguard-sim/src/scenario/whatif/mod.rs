@@ -60,6 +60,7 @@
 //! 25 % above it — `None` when it never gets back before the run ends.
 
 mod inject;
+mod latency;
 mod model;
 mod stats;
 mod world;
@@ -83,7 +84,7 @@ use stats::{ServiceStats, recovery_bins};
 
 /// The most bins a what-if run may have: each service keeps a series of that many counts.
 pub const MAX_SERIES_BINS: u64 = 100_000;
-use world::{ARRIVAL, DONE, RETRY, TIMEOUT, TIMER, World};
+use world::{ARRIVAL, TIMER, World};
 
 /// How to run a graph.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -393,11 +394,8 @@ pub fn run(
                     progress.set(arrived);
                 }
             }
-            DONE => w.done(now, slot, operand)?,
-            RETRY => w.retry(now, slot, operand)?,
-            TIMEOUT => w.timeout(now, slot, operand)?,
             TIMER => w.timer(now, slot)?,
-            _ => {}
+            _ => w.handle(now, kind, slot, operand)?,
         }
     }
     progress.finish();
@@ -406,7 +404,7 @@ pub fn run(
     let services = model
         .services
         .iter()
-        .zip(&w.stats)
+        .zip(w.stats())
         .zip(queued)
         .map(|((service, s), queue_at_end)| {
             row(
@@ -473,6 +471,7 @@ fn row(
     let peak = offered_series.iter().copied().max().unwrap_or(0);
     let recover = faults.and_then(|(start, end)| recovery_bins(s, start, end, bins));
     let share = |x: u64| round(x as f64 / requests.max(1) as f64, 4);
+    let [p50, p99, p999] = s.latency_ms([0.5, 0.99, 0.999]);
     ServiceRow {
         service: name.to_owned(),
         requests,
@@ -482,9 +481,9 @@ fn row(
         success_rate: share(ok),
         served: share(s.sum(0, None, |c| c.admitted)),
         abandoned: s.abandoned,
-        p50_ms: s.latency_ms(0.5).map(|v| round(v, 3)),
-        p99_ms: s.latency_ms(0.99).map(|v| round(v, 3)),
-        p999_ms: s.latency_ms(0.999).map(|v| round(v, 3)),
+        p50_ms: p50.map(|v| round(v, 3)),
+        p99_ms: p99.map(|v| round(v, 3)),
+        p999_ms: p999.map(|v| round(v, 3)),
         queue_peak: s.queue_peak,
         queue_at_end,
         recover_s: recover.map(|b| round(b as f64 * bin.as_secs_f64(), 3)),

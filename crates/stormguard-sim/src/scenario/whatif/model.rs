@@ -33,8 +33,10 @@ pub(super) enum Work {
     /// Percentiles: the quantile function through `(0, 0)`, each known `(q, pq)` and
     /// `(1, the last known)`, linear in between, tabulated at every 1/1000 (the known
     /// quantiles 0.5, 0.9, 0.99 and 0.999 fall on table points, so linear interpolation
-    /// between table points is exact).
-    Quantiles(Box<[Nanos]>),
+    /// between table points is exact). Each entry is a table point and the step to the
+    /// next, as the floating-point numbers the interpolation computes with (so a draw does
+    /// no integer conversion of them).
+    Quantiles(Box<[(f64, f64)]>),
 }
 
 impl Work {
@@ -67,14 +69,23 @@ impl Work {
         match knots.last().copied() {
             Some((_, last)) if knots.len() > 1 => {
                 knots.push((1.0, last));
-                Work::Quantiles((0..=TABLE).map(|k| quantile(&knots, k)).collect())
+                let points: Vec<Nanos> = (0..=TABLE).map(|k| quantile(&knots, k)).collect();
+                Work::Quantiles(
+                    points
+                        .windows(2)
+                        .map(|w| match *w {
+                            [a, b] => (a as f64, b as f64 - a as f64),
+                            _ => (0.0, 0.0),
+                        })
+                        .collect(),
+                )
             }
             _ => Work::Zero,
         }
     }
 
     /// One request's work.
-    #[inline]
+    #[inline(always)]
     pub(super) fn sample(&self, rng: &mut SmallRng) -> Nanos {
         match self {
             Work::Zero => 0,
@@ -91,12 +102,12 @@ impl Work {
                 let x = rng.random::<f64>() * TABLE as f64;
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 let i = (x as usize).min(TABLE - 1);
-                let (Some(&v0), Some(&v1)) = (table.get(i), table.get(i + 1)) else {
+                let Some(&(v0, step)) = table.get(i) else {
                     return 0;
                 };
                 let t = x - i as f64;
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                let v = (v0 as f64 + t * (v1 as f64 - v0 as f64)).max(0.0) as Nanos;
+                let v = (v0 + t * step).max(0.0) as Nanos;
                 v
             }
         }
@@ -138,6 +149,10 @@ pub(super) struct Node {
 pub(super) struct Edge {
     /// The node called.
     pub(super) callee: usize,
+    /// The called node's service.
+    pub(super) callee_service: usize,
+    /// The policy's per-try timeout in nanoseconds (read at every attempt).
+    pub(super) per_try: Option<Nanos>,
     /// The retry policy (attempts, backoff, per-try timeout, minimum call time).
     pub(super) policy: RetryPolicy,
     /// Whether an in-doubt attempt (a timeout) may be retried: idempotent or keyed.
@@ -212,7 +227,7 @@ impl Model {
                 };
                 let first = edges.len();
                 for call in &endpoint.calls {
-                    let Some(&(callee, _)) =
+                    let Some(&(callee, callee_service)) =
                         index.get(&(call.service.as_str(), call.endpoint.as_str()))
                     else {
                         return Err(InvalidParam::new(
@@ -244,6 +259,8 @@ impl Model {
                     };
                     edges.push(Edge {
                         callee,
+                        callee_service,
+                        per_try: policy.retry().per_try_timeout().map(nanos),
                         policy: *policy.retry(),
                         retry_safe: policy.retry().idempotent() || call.idempotency_key,
                         budget,

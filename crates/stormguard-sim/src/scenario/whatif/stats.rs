@@ -3,6 +3,7 @@
 
 use hdrhistogram::Histogram;
 
+use super::latency::Latencies;
 use crate::error::InvalidParam;
 use crate::time::{NANOS_PER_SEC, Nanos};
 
@@ -35,8 +36,10 @@ pub(super) struct ServiceStats {
     bins: Vec<Counts>,
     /// Requests given up: dropped from the queue or stopped at their deadline.
     pub(super) abandoned: u64,
+    /// An empty histogram of the latencies' bounds, filled from `latencies` for the report.
+    latency: Histogram<u64>,
     /// Latency of successful answers, arrival to answer, in nanoseconds.
-    pub(super) latency: Histogram<u64>,
+    latencies: Latencies,
     pub(super) queue_peak: usize,
 }
 
@@ -50,6 +53,7 @@ impl ServiceStats {
             bins: vec![Counts::default(); bins.saturating_add(1)],
             abandoned: 0,
             latency,
+            latencies: Latencies::default(),
             queue_peak: 0,
         })
     }
@@ -76,12 +80,17 @@ impl ServiceStats {
 
     #[inline]
     pub(super) fn record_latency(&mut self, took: Nanos) {
-        self.latency.saturating_record(took.clamp(1, MAX_LATENCY));
+        self.latencies.record(took.clamp(1, MAX_LATENCY));
     }
 
-    /// The latency at quantile `q` in milliseconds, when anything succeeded.
-    pub(super) fn latency_ms(&self, q: f64) -> Option<f64> {
-        (!self.latency.is_empty()).then(|| self.latency.value_at_quantile(q) as f64 / 1e6)
+    /// The latency at each quantile of `qs` in milliseconds, when anything succeeded.
+    pub(super) fn latency_ms<const N: usize>(&self, qs: [f64; N]) -> [Option<f64>; N] {
+        if self.latencies.is_empty() {
+            return [None; N];
+        }
+        let mut histogram = self.latency.clone();
+        self.latencies.fill(&mut histogram);
+        qs.map(|q| Some(histogram.value_at_quantile(q) as f64 / 1e6))
     }
 }
 

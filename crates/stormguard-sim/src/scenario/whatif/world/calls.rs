@@ -7,6 +7,7 @@ use super::*;
 impl World<'_> {
     /// Drops answered attempts from the front of edge `e`'s timers and schedules its event
     /// for the first one still waiting, unless one is scheduled.
+    #[inline(always)]
     pub(super) fn arm(&mut self, e: usize) {
         if self.armed.get(e).is_none_or(|&at| at != NEVER) {
             return;
@@ -27,23 +28,16 @@ impl World<'_> {
     }
 
     /// Request `slot` makes its next call, or finishes when it has made them all.
-    pub(super) fn next_call(&mut self, now: Nanos, slot: u32) -> Result<(), InvalidParam> {
+    #[inline(always)]
+    pub(super) fn next_call(&mut self, now: Nanos, slot: u32) -> Next {
         let model = self.model;
-        let Some(r) = self.requests.get_mut(slot) else {
-            return Ok(());
-        };
-        let Some(node) = model.nodes.get(r.node as usize) else {
-            return Ok(());
-        };
-        let index = node.edges.start + r.next as usize;
-        if index >= node.edges.end {
-            self.finish(now, slot, Answer::Ok);
-            return Ok(());
+        let r = self.requests.get_mut(slot)?;
+        let index = r.next as usize;
+        if r.next >= r.end {
+            return self.finish(now, slot, Answer::Ok);
         }
         r.next += 1;
-        let Some(edge) = model.edges.get(index) else {
-            return Ok(());
-        };
+        let edge = model.edges.get(index)?;
         let mut deadline = r.deadline;
         if let Some(reserve) = edge.reserve.filter(|_| deadline != NEVER) {
             let left = deadline.saturating_sub(now);
@@ -54,55 +48,48 @@ impl World<'_> {
             deadline = deadline.min(now.saturating_add(overall));
         }
         if deadline <= now {
-            self.finish(now, slot, Answer::Unavailable);
-            return Ok(());
+            return self.finish(now, slot, Answer::Unavailable);
         }
         let run = RetryRun::start(&edge.policy, &*edge.budget, edge.retry_safe);
-        let call = self
-            .calls
-            .insert(CallState {
-                edge: index as u32,
-                request: slot,
-                deadline,
-                token: 0,
-                sent: now,
-                run,
-                permit: None,
-            })
-            .ok_or_else(|| InvalidParam::new("rate", "too many calls in flight"))?;
-        self.steps.push(Step::Send { call });
-        Ok(())
+        let Some(call) = self.calls.insert(CallState {
+            edge: index as u32,
+            request: slot,
+            deadline,
+            token: 0,
+            sent: now,
+            run,
+            permit: None,
+        }) else {
+            self.full("too many calls in flight");
+            return None;
+        };
+        Some(Step::Send { call })
     }
 
     /// Sends the next attempt of `call`.
-    pub(super) fn send(&mut self, now: Nanos, call: u32) -> Result<(), InvalidParam> {
+    #[inline(always)]
+    pub(super) fn send(&mut self, now: Nanos, call: u32) -> Next {
         let model = self.model;
         let token = self.token();
-        let Some(c) = self.calls.get_mut(call) else {
-            return Ok(());
-        };
-        let Some(edge) = model.edges.get(c.edge as usize) else {
-            return Ok(());
-        };
+        let c = self.calls.get_mut(call)?;
+        let edge = model.edges.get(c.edge as usize)?;
         if let Some(breaker) = &edge.breaker {
             match breaker.try_acquire_owned() {
                 Ok(permit) => c.permit = Some(permit),
+                // A refused retry's withdrawal is given back when the run is dropped.
                 Err(_) => {
-                    // A refused retry's withdrawal is given back when the run is dropped.
-                    self.end_call(now, call, StopReason::BreakerOpen);
-                    return Ok(());
+                    let (request, edge) = (c.request, c.edge);
+                    return self.end_call(now, call, request, edge, StopReason::BreakerOpen);
                 }
             }
         }
         let edge_index = c.edge;
-        let per_try = edge
-            .policy
-            .per_try_timeout()
-            .map(|t| now.saturating_add(crate::time::nanos(t)));
+        let per_try = edge.per_try.map(|t| now.saturating_add(t));
         let deadline = per_try.map_or(c.deadline, |t| t.min(c.deadline));
         c.token = token;
         c.sent = now;
-        let known = self.arrive(now, edge.callee, call, token, deadline)?;
+        let (known, next) =
+            self.arrive(now, edge.callee, edge.callee_service, call, token, deadline);
         if deadline != NEVER && known.is_none_or(|at| at > deadline) {
             if per_try == Some(deadline) {
                 // Every attempt on this call of the graph gets the same per-try timeout,
@@ -115,21 +102,18 @@ impl World<'_> {
                 self.queue.push(deadline, pack(TIMEOUT, call, token));
             }
         }
-        Ok(())
+        next
     }
 
     /// An attempt of `call` was answered.
-    pub(super) fn reply(&mut self, now: Nanos, call: u32, token: u32, answer: Answer) {
+    #[inline(always)]
+    pub(super) fn reply(&mut self, now: Nanos, call: u32, token: u32, answer: Answer) -> Next {
         let model = self.model;
-        let Some(c) = self.calls.get(call) else {
-            return;
-        };
+        let c = self.calls.get(call)?;
         if c.token != token {
-            return;
+            return None;
         }
-        let Some(edge) = model.edges.get(c.edge as usize) else {
-            return;
-        };
+        let edge = model.edges.get(c.edge as usize)?;
         let honours_signal = edge.caller_signal;
         let outcome = match answer {
             Answer::Ok => Outcome::Success,
@@ -139,14 +123,13 @@ impl World<'_> {
             Answer::Exhausted if honours_signal => Outcome::NeverRetry,
             Answer::Exhausted => Outcome::Retryable,
         };
-        self.decide(now, call, outcome.into());
+        self.decide(now, call, outcome.into())
     }
 
     /// Records how an attempt of `call` ended and follows the core's decision.
-    pub(super) fn decide(&mut self, now: Nanos, call: u32, ended: AttemptOutcome) {
-        let Some(c) = self.calls.get_mut(call) else {
-            return;
-        };
+    #[inline(always)]
+    pub(super) fn decide(&mut self, now: Nanos, call: u32, ended: AttemptOutcome) -> Next {
+        let c = self.calls.get_mut(call)?;
         if let Some(permit) = c.permit.take() {
             permit.record(ended.outcome, duration(now.saturating_sub(c.sent)));
         }
@@ -157,34 +140,44 @@ impl World<'_> {
                 let at = now.saturating_add(crate::time::nanos(delay));
                 let token = c.token;
                 if at == now {
-                    self.steps.push(Step::Send { call });
-                } else {
-                    self.queue.push(at, pack(RETRY, call, token));
+                    return Some(Step::Send { call });
                 }
+                self.queue.push(at, pack(RETRY, call, token));
+                None
             }
-            Decision::Stop(reason) => self.end_call(now, call, reason),
+            Decision::Stop(reason) => {
+                let (request, edge) = (c.request, c.edge);
+                self.end_call(now, call, request, edge, reason)
+            }
         }
     }
 
-    /// `call` stopped: its request goes on, or fails.
-    pub(super) fn end_call(&mut self, now: Nanos, call: u32, reason: StopReason) {
+    /// `call` (of `request`, on `edge`) stopped: its request goes on, or fails.
+    #[inline(always)]
+    pub(super) fn end_call(
+        &mut self,
+        now: Nanos,
+        call: u32,
+        request: u32,
+        edge: u32,
+        reason: StopReason,
+    ) -> Next {
         let model = self.model;
-        let Some(c) = self.calls.remove(call) else {
-            return;
-        };
+        // Dropped where it lies: the run tells its budget that the call ended (nothing
+        // below reads the budget, so this may come before the request goes on).
+        self.calls.free(call);
         if reason == StopReason::Succeeded {
-            self.steps.push(Step::Continue { request: c.request });
-            return;
+            return Some(Step::Continue { request });
         }
         let signals = model
             .edges
-            .get(c.edge as usize)
+            .get(edge as usize)
             .is_some_and(|e| e.retries && e.caller_signal);
         let answer = if signals {
             Answer::Exhausted
         } else {
             Answer::Unavailable
         };
-        self.finish(now, c.request, answer);
+        self.finish(now, request, answer)
     }
 }

@@ -10,6 +10,29 @@
 //! follows from one event at the same instant (a reply going up several layers, the next
 //! call of a request, the next request out of a queue) is worked through a stack of steps
 //! in the same event, never by recursion, so a deep graph cannot overflow the stack.
+//!
+//! # Cost
+//!
+//! Nearly every event is a request's `DONE`, so the run's cost is what one request costs
+//! from its arrival to its answer, and the loop is written for that path:
+//!
+//! - one handler ([`World::handle`]) takes every `DONE`, `RETRY` and `TIMEOUT` and holds the
+//!   step loop with the per-request code inlined into it (one function, no calls between the
+//!   steps of a request);
+//! - a step handler returns the step that comes *next* instead of pushing it (the stack
+//!   would pop it at once anyway), so only steps that wait for others (a freed worker
+//!   behind a reply) touch the stack, and the order is exactly the stack's;
+//! - the faults in force at a service are kept until their next change point
+//!   ([`faults`]), and each call of the graph carries its per-try timeout in nanoseconds;
+//! - latencies are counted in buckets of our own and handed to the HDR histogram only for
+//!   the report ([`latency`](super::latency));
+//! - slab slots are written and dropped where they lie, never copied in or out;
+//! - a slab that is full records the error, which the event's caller returns, instead of
+//!   every handler passing a `Result` up.
+//!
+//! The order of everything that draws a random number or takes a slab slot (so the order of
+//! the events, whose ties are broken by slot numbers) is unchanged by any of this: the
+//! `whatif_pinned` test compares two whole reports with ones saved before it was written.
 
 use std::collections::VecDeque;
 
@@ -20,15 +43,17 @@ use stormguard::budget::RetryBudget;
 use stormguard::classify::Outcome;
 use stormguard::retry::{AttemptOutcome, Decision, RetryRun, StopReason};
 
-use super::inject::{Fault, Injection};
-use super::model::Model;
+use super::inject::Injection;
+use super::model::{Model, Node};
 use super::stats::ServiceStats;
 use crate::error::InvalidParam;
 use crate::queue::{EventQueue, pack};
 use crate::slab::Slab;
 use crate::time::{Nanos, duration};
+use faults::Faults;
 
 mod calls;
+mod faults;
 
 pub(super) const ARRIVAL: u8 = 0;
 pub(super) const DONE: u8 = 1;
@@ -56,15 +81,19 @@ enum Answer {
 /// One request at a service.
 struct Request {
     node: u32,
+    /// Its node's service (read at every step of the request).
+    service: u32,
     generation: u32,
     /// The call whose attempt this is ([`NONE`] for an entry request) and the attempt's token.
     caller: u32,
     token: u32,
+    /// Its next call to make and the end of its calls, as indices into the model's calls
+    /// (set when it starts work, from its node).
+    next: u32,
+    end: u32,
     arrived: Nanos,
     /// The deadline the service honours ([`NEVER`]: none).
     deadline: Nanos,
-    /// The next of its node's calls to make.
-    next: u32,
     /// Its work is cut short by its deadline: it ends without an answer.
     cut: bool,
 }
@@ -82,6 +111,7 @@ struct CallState<'p> {
 }
 
 /// Work that follows from an event at the same instant.
+#[derive(Clone, Copy)]
 enum Step {
     /// An attempt of a call ended with an answer.
     Reply {
@@ -97,27 +127,27 @@ enum Step {
     Release { service: u32 },
 }
 
-/// The faults in force at a service at one instant.
-struct Active {
-    outage: bool,
-    p503: f64,
-    added: Nanos,
-    scale: f64,
-}
+/// What a step handler hands back: the step to work on next, before any on the stack.
+type Next = Option<Step>;
 
-/// A service's changing state.
+/// A service: its limits (copied from the model, so that a request's arrival reads one
+/// place), its changing state and what it saw.
 struct ServiceState {
+    /// Workers (`u32::MAX`: no limit).
+    workers: u32,
+    /// Queue places (`usize::MAX`: no limit).
+    queue: usize,
+    honours_deadline: bool,
     busy: u32,
     waiting: VecDeque<u32>,
-    /// Its injections: `(start, end, fault)`.
-    faults: Vec<(Nanos, Nanos, Fault)>,
+    faults: Faults,
+    stats: ServiceStats,
 }
 
 /// The mutable state of one run.
 pub(super) struct World<'p> {
     model: &'p Model,
     state: Vec<ServiceState>,
-    pub(super) stats: Vec<ServiceStats>,
     requests: Slab<Request>,
     calls: Slab<CallState<'p>>,
     pub(super) queue: EventQueue,
@@ -136,6 +166,8 @@ pub(super) struct World<'p> {
     timers: Vec<VecDeque<(Nanos, u32, u32)>>,
     /// When each call of the graph's `TIMER` event is due ([`NEVER`]: none is scheduled).
     armed: Vec<Nanos>,
+    /// A slab that could not take another request or call: the event ends the run with it.
+    error: Option<InvalidParam>,
     /// Entry requests that succeeded and failed.
     pub(super) entry_ok: u64,
     pub(super) entry_failed: u64,
@@ -153,28 +185,25 @@ impl<'p> World<'p> {
         let state = model
             .services
             .iter()
-            .map(|s| ServiceState {
+            .zip(stats)
+            .map(|(s, stats)| ServiceState {
+                workers: s.workers,
+                queue: s.queue,
+                honours_deadline: s.honours_deadline,
                 busy: 0,
                 waiting: VecDeque::new(),
-                faults: injections
-                    .iter()
-                    .filter(|i| i.service == s.name)
-                    .map(|i| {
-                        let (start, end) = i.window();
-                        (start, end, i.fault)
-                    })
-                    .collect(),
+                faults: Faults::of(&s.name, injections),
+                stats,
             })
             .collect();
         World {
             model,
             state,
-            stats,
             requests: Slab::new(),
             calls: Slab::new(),
             queue: EventQueue::with_capacity(4096),
             rng,
-            steps: Vec::new(),
+            steps: Vec::with_capacity(64),
             timers: model.edges.iter().map(|_| VecDeque::new()).collect(),
             armed: vec![NEVER; model.edges.len()],
             tokens: 0,
@@ -182,6 +211,7 @@ impl<'p> World<'p> {
             bin: 0,
             bin_end: bin_width,
             bin_width,
+            error: None,
             entry_ok: 0,
             entry_failed: 0,
         }
@@ -196,11 +226,17 @@ impl<'p> World<'p> {
         }
     }
 
+    /// What each service saw, in the model's order.
+    pub(super) fn stats(&self) -> impl Iterator<Item = &ServiceStats> {
+        self.state.iter().map(|s| &s.stats)
+    }
+
     /// Requests waiting in each service's queue.
     pub(super) fn queued(&self) -> Vec<usize> {
         self.state.iter().map(|s| s.waiting.len()).collect()
     }
 
+    #[inline]
     fn token(&mut self) -> u32 {
         self.tokens = self.tokens.wrapping_add(1);
         self.tokens
@@ -208,69 +244,79 @@ impl<'p> World<'p> {
 
     /// An entry request arrives at `node`.
     pub(super) fn entry(&mut self, now: Nanos, node: usize) -> Result<(), InvalidParam> {
-        self.arrive(now, node, NONE, 0, NEVER)?;
-        self.drain(now)
+        let Some(service) = self.model.nodes.get(node).map(|n| n.service) else {
+            return Ok(());
+        };
+        let next = self.arrive(now, node, service, NONE, 0, NEVER).1;
+        self.drain_out_of_line(now, next)
+    }
+
+    /// Handles a `DONE`, `RETRY` or `TIMEOUT` event and everything that follows from it.
+    ///
+    /// Nearly every event of a run comes here, so this is the one place the step loop is
+    /// inlined into.
+    pub(super) fn handle(
+        &mut self,
+        now: Nanos,
+        kind: u8,
+        slot: u32,
+        operand: u32,
+    ) -> Result<(), InvalidParam> {
+        let first = match kind {
+            DONE => self.done(now, slot, operand),
+            RETRY => self.retry(slot, operand),
+            TIMEOUT => self.timeout(now, slot, operand),
+            _ => None,
+        };
+        self.drain(now, first)
     }
 
     /// A request's work ended.
-    pub(super) fn done(
-        &mut self,
-        now: Nanos,
-        slot: u32,
-        generation: u32,
-    ) -> Result<(), InvalidParam> {
-        let Some(r) = self.requests.get(slot) else {
-            return Ok(());
-        };
+    #[inline(always)]
+    fn done(&mut self, now: Nanos, slot: u32, generation: u32) -> Next {
+        let r = self.requests.get(slot)?;
         if r.generation != generation {
-            return Ok(());
+            return None;
         }
-        let node = r.node as usize;
-        let Some(n) = self.model.nodes.get(node) else {
-            return Ok(());
-        };
+        let service = r.service;
+        let failure_rate = self
+            .model
+            .nodes
+            .get(r.node as usize)
+            .map_or(0.0, |n| n.failure_rate);
         if r.cut {
-            self.requests.remove(slot);
-            if let Some(s) = self.stats.get_mut(n.service) {
-                s.abandoned += 1;
+            self.requests.free(slot);
+            if let Some(s) = self.state.get_mut(service as usize) {
+                s.stats.abandoned += 1;
             }
-            self.steps.push(Step::Release {
-                service: n.service as u32,
-            });
-        } else if n.failure_rate > 0.0 && self.rng.random::<f64>() < n.failure_rate {
-            self.finish(now, slot, Answer::Unavailable);
+            Some(Step::Release { service })
+        } else if failure_rate > 0.0 && self.rng.random::<f64>() < failure_rate {
+            self.finish(now, slot, Answer::Unavailable)
         } else {
-            self.steps.push(Step::Continue { request: slot });
+            Some(Step::Continue { request: slot })
         }
-        self.drain(now)
     }
 
     /// A call's backoff ended: send its next attempt.
-    pub(super) fn retry(&mut self, now: Nanos, call: u32, token: u32) -> Result<(), InvalidParam> {
-        if self.calls.get(call).is_some_and(|c| c.token == token) {
-            self.steps.push(Step::Send { call });
-        }
-        self.drain(now)
+    #[inline(always)]
+    fn retry(&mut self, call: u32, token: u32) -> Next {
+        self.calls
+            .get(call)
+            .is_some_and(|c| c.token == token)
+            .then_some(Step::Send { call })
     }
 
     /// A call's attempt reached its deadline without an answer.
-    pub(super) fn timeout(
-        &mut self,
-        now: Nanos,
-        call: u32,
-        token: u32,
-    ) -> Result<(), InvalidParam> {
+    #[inline(always)]
+    fn timeout(&mut self, now: Nanos, call: u32, token: u32) -> Next {
         let fresh = self.token();
-        let Some(c) = self.calls.get_mut(call) else {
-            return Ok(());
-        };
+        let c = self.calls.get_mut(call)?;
         if c.token != token {
-            return Ok(());
+            return None;
         }
         // A reply to this attempt that comes later is stale.
         c.token = fresh;
-        self.decide(now, call, AttemptOutcome::TIMED_OUT);
-        self.drain(now)
+        self.decide(now, call, AttemptOutcome::TIMED_OUT)
     }
 
     /// The timer of edge `edge` fired: every attempt on it whose deadline has come times
@@ -291,7 +337,8 @@ impl<'p> World<'p> {
                     if let Some(fifo) = self.timers.get_mut(e) {
                         fifo.pop_front();
                     }
-                    self.timeout(now, call, token)?;
+                    let next = self.timeout(now, call, token);
+                    self.drain_out_of_line(now, next)?;
                 }
                 _ => break,
             }
@@ -300,72 +347,59 @@ impl<'p> World<'p> {
         Ok(())
     }
 
-    /// Works through the steps until none is left.
-    fn drain(&mut self, now: Nanos) -> Result<(), InvalidParam> {
-        while let Some(step) = self.steps.pop() {
-            match step {
+    /// [`drain`](World::drain) for the rarer events (arrivals, timers), kept out of line
+    /// so that only [`handle`](World::handle) holds a copy of the loop.
+    #[inline(never)]
+    fn drain_out_of_line(&mut self, now: Nanos, first: Next) -> Result<(), InvalidParam> {
+        self.drain(now, first)
+    }
+
+    /// Works through `first` and then the steps on the stack until none is left; the error
+    /// of a slab that was full, if any.
+    #[inline(always)]
+    fn drain(&mut self, now: Nanos, first: Next) -> Result<(), InvalidParam> {
+        let mut next = first;
+        loop {
+            // `next` is overwritten below: read, not taken.
+            let step = match next {
+                Some(step) => step,
+                None => match self.steps.pop() {
+                    Some(step) => step,
+                    None => break,
+                },
+            };
+            next = match step {
                 Step::Reply {
                     call,
                     token,
                     answer,
                 } => self.reply(now, call, token, answer),
-                Step::Continue { request } => self.next_call(now, request)?,
-                Step::Send { call } => self.send(now, call)?,
+                Step::Continue { request } => self.next_call(now, request),
+                Step::Send { call } => self.send(now, call),
                 Step::Release { service } => self.release(now, service as usize),
-            }
+            };
         }
-        Ok(())
-    }
-
-    /// The faults in force at `service` at `now`.
-    fn active(&self, service: usize, now: Nanos) -> Active {
-        let mut active = Active {
-            outage: false,
-            p503: 0.0,
-            added: 0,
-            scale: 1.0,
-        };
-        let Some(state) = self.state.get(service) else {
-            return active;
-        };
-        for &(start, end, fault) in &state.faults {
-            if start <= now && now < end {
-                match fault {
-                    Fault::Outage => active.outage = true,
-                    Fault::Errors503(p) => active.p503 = active.p503.max(p),
-                    Fault::AddLatency(d) => {
-                        active.added = active.added.saturating_add(crate::time::nanos(d));
-                    }
-                    Fault::ScaleLatency(x) => active.scale *= x,
-                }
-            }
-        }
-        active
+        self.error.take().map_or(Ok(()), Err)
     }
 
     /// A request (an attempt of `caller`, or an entry request) arrives at `node`. Returns
-    /// when its answer is known to come, if it is: at once (refused) or at the end of work
-    /// that needs no further call.
+    /// when its answer is known to come, if it is (at once, refused; or at the end of work
+    /// that needs no further call), and the step that follows.
+    #[inline(always)]
     fn arrive(
         &mut self,
         now: Nanos,
         node: usize,
+        service: usize,
         caller: u32,
         token: u32,
         deadline: Nanos,
-    ) -> Result<Option<Nanos>, InvalidParam> {
-        let model = self.model;
-        let Some(n) = model.nodes.get(node) else {
-            return Ok(None);
+    ) -> (Option<Nanos>, Next) {
+        let Some(state) = self.state.get_mut(service) else {
+            return (None, None);
         };
-        let service = n.service;
-        let Some(model) = model.services.get(service) else {
-            return Ok(None);
-        };
-        if let Some(stats) = self.stats.get_mut(service) {
-            stats.at(self.bin).arrivals += 1;
-        }
-        let active = self.active(service, now);
+        state.stats.at(self.bin).arrivals += 1;
+        let active = state.faults.at(now);
         let mut refused = if active.outage {
             Some(Answer::Refused)
         } else if active.p503 > 0.0 && self.rng.random::<f64>() < active.p503 {
@@ -375,134 +409,153 @@ impl<'p> World<'p> {
         };
         let generation = self.generations;
         self.generations = self.generations.wrapping_add(1);
-        let request = Request {
-            node: node as u32,
-            generation,
-            caller,
-            token,
-            arrived: now,
-            deadline: if model.honours_deadline {
-                deadline
-            } else {
-                NEVER
-            },
-            next: 0,
-            cut: false,
-        };
         if refused.is_none() {
-            let Some(state) = self.state.get_mut(service) else {
-                return Ok(None);
+            let request = Request {
+                node: node as u32,
+                service: service as u32,
+                generation,
+                caller,
+                token,
+                next: 0,
+                end: 0,
+                arrived: now,
+                deadline: if state.honours_deadline {
+                    deadline
+                } else {
+                    NEVER
+                },
+                cut: false,
             };
-            if state.busy < model.workers {
-                let slot = self.insert(request)?;
-                return Ok(self.start_work(now, slot));
+            if state.busy < state.workers {
+                let Some(n) = self.model.nodes.get(node) else {
+                    return (None, None);
+                };
+                let mut request = request;
+                let end = begin_work(now, n, state, &mut self.rng, self.bin, &mut request);
+                // Work that ends in time and calls nothing: its answer is known to come then.
+                let known = (!request.cut && n.edges.is_empty()).then_some(end);
+                let generation = request.generation;
+                let Some(slot) = self.insert(request) else {
+                    return (None, None);
+                };
+                self.queue.push(end, pack(DONE, slot, generation));
+                return (known, None);
             }
-            if state.waiting.len() < model.queue {
-                let slot = self.insert(request)?;
+            if state.waiting.len() < state.queue {
+                let Some(slot) = self.insert(request) else {
+                    return (None, None);
+                };
                 if let Some(state) = self.state.get_mut(service) {
                     state.waiting.push_back(slot);
-                    if let Some(s) = self.stats.get_mut(service) {
-                        s.queue_peak = s.queue_peak.max(state.waiting.len());
-                    }
+                    state.stats.queue_peak = state.stats.queue_peak.max(state.waiting.len());
                 }
-                return Ok(None);
+                return (None, None);
             }
             refused = Some(Answer::Unavailable);
         }
         // Answered at once, without a worker.
-        if let Some(s) = self.stats.get_mut(service) {
-            s.at(self.bin).failed += 1;
+        if let Some(s) = self.state.get_mut(service) {
+            s.stats.at(self.bin).failed += 1;
         }
-        self.answer(caller, token, refused.unwrap_or(Answer::Unavailable));
-        Ok(Some(now))
+        let next = self.answer(caller, token, refused.unwrap_or(Answer::Unavailable));
+        (Some(now), next)
     }
 
-    fn insert(&mut self, request: Request) -> Result<u32, InvalidParam> {
-        self.requests
-            .insert(request)
-            .ok_or_else(|| InvalidParam::new("rate", "too many requests in flight"))
+    /// Stores a request; `None` (and the run's error) when the slab is full.
+    #[inline(always)]
+    fn insert(&mut self, request: Request) -> Option<u32> {
+        let slot = self.requests.insert(request);
+        if slot.is_none() {
+            self.full("too many requests in flight");
+        }
+        slot
     }
 
-    /// Gives `slot` a worker and schedules the end of its work; returns when its answer is
-    /// known to come (work that ends in time and calls nothing).
-    fn start_work(&mut self, now: Nanos, slot: u32) -> Option<Nanos> {
+    #[cold]
+    fn full(&mut self, why: &str) {
+        self.error
+            .get_or_insert_with(|| InvalidParam::new("rate", why.to_owned()));
+    }
+
+    /// Gives `slot` (waiting in its service's queue) a worker and schedules the end of its
+    /// work.
+    #[inline(always)]
+    fn start_work(&mut self, now: Nanos, slot: u32) -> Option<()> {
         let model = self.model;
-        let r = self.requests.get(slot)?;
-        let node = model.nodes.get(r.node as usize)?;
-        let service = node.service;
-        let mut work = node.work.sample(&mut self.rng);
-        let active = self.active(service, now);
-        if active.scale != 1.0 {
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let scaled = (work as f64 * active.scale).min(Nanos::MAX as f64) as Nanos;
-            work = scaled;
-        }
-        work = work.saturating_add(active.added);
-        let mut end = now.saturating_add(work);
         let r = self.requests.get_mut(slot)?;
-        if r.deadline < end {
-            end = r.deadline;
-            r.cut = true;
-        }
-        let known = (!r.cut && node.edges.is_empty()).then_some(end);
-        let generation = r.generation;
-        if let Some(state) = self.state.get_mut(service) {
-            state.busy += 1;
-        }
-        if let Some(s) = self.stats.get_mut(service) {
-            s.at(self.bin).admitted += 1;
-        }
-        self.queue.push(end, pack(DONE, slot, generation));
-        known
+        let node = model.nodes.get(r.node as usize)?;
+        let state = self.state.get_mut(r.service as usize)?;
+        let end = begin_work(now, node, state, &mut self.rng, self.bin, r);
+        self.queue.push(end, pack(DONE, slot, r.generation));
+        Some(())
     }
 
-    /// Hands an answer to the caller.
-    fn answer(&mut self, caller: u32, token: u32, answer: Answer) {
+    /// Hands an answer to the caller: the reply step, unless it is an entry request.
+    #[inline(always)]
+    fn answer(&mut self, caller: u32, token: u32, answer: Answer) -> Next {
         if caller == NONE {
             if answer == Answer::Ok {
                 self.entry_ok += 1;
             } else {
                 self.entry_failed += 1;
             }
+            None
         } else {
-            self.steps.push(Step::Reply {
+            Some(Step::Reply {
                 call: caller,
                 token,
                 answer,
-            });
+            })
         }
     }
 
-    /// A request ends with `answer`: its worker is free, its caller told.
-    fn finish(&mut self, now: Nanos, slot: u32, answer: Answer) {
-        let Some(r) = self.requests.remove(slot) else {
-            return;
-        };
-        let Some(node) = self.model.nodes.get(r.node as usize) else {
-            return;
-        };
-        if let Some(s) = self.stats.get_mut(node.service) {
+    /// A request ends with `answer`: its worker is freed once its caller has been told.
+    #[inline(always)]
+    fn finish(&mut self, now: Nanos, slot: u32, answer: Answer) -> Next {
+        let r = self.requests.get(slot)?;
+        let (service, caller, token, arrived) = (r.service, r.caller, r.token, r.arrived);
+        self.requests.free(slot);
+        if let Some(s) = self.state.get_mut(service as usize).map(|s| &mut s.stats) {
             if answer == Answer::Ok {
                 s.at(self.bin).ok += 1;
-                s.record_latency(now - r.arrived);
+                s.record_latency(now - arrived);
             } else {
                 s.at(self.bin).failed += 1;
             }
         }
-        self.steps.push(Step::Release {
-            service: node.service as u32,
-        });
-        self.answer(r.caller, r.token, answer);
+        let release = Step::Release { service };
+        match self.answer(caller, token, answer) {
+            Some(reply) => {
+                self.steps.push(release);
+                Some(reply)
+            }
+            None => Some(release),
+        }
     }
 
     /// A worker of `service` is free: the next request in its queue gets it. A request
     /// whose deadline passed while it waited is dropped at no cost when the service honours
     /// deadlines.
-    fn release(&mut self, now: Nanos, service: usize) {
-        let Some(state) = self.state.get_mut(service) else {
-            return;
-        };
+    #[inline(always)]
+    fn release(&mut self, now: Nanos, service: usize) -> Next {
+        let state = self.state.get_mut(service)?;
         state.busy = state.busy.saturating_sub(1);
+        let next = state.waiting.pop_front()?;
+        if self.requests.get(next).is_some_and(|r| r.deadline <= now) {
+            self.requests.free(next);
+            if let Some(s) = self.state.get_mut(service) {
+                s.stats.abandoned += 1;
+            }
+            return self.release_more(now, service);
+        }
+        self.start_work(now, next);
+        None
+    }
+
+    /// The rest of [`release`](World::release) once a queued request was dropped (rare:
+    /// kept out of the common path).
+    #[cold]
+    fn release_more(&mut self, now: Nanos, service: usize) -> Next {
         while let Some(next) = self
             .state
             .get_mut(service)
@@ -510,14 +563,46 @@ impl<'p> World<'p> {
         {
             let expired = self.requests.get(next).is_some_and(|r| r.deadline <= now);
             if expired {
-                self.requests.remove(next);
-                if let Some(s) = self.stats.get_mut(service) {
-                    s.abandoned += 1;
+                self.requests.free(next);
+                if let Some(s) = self.state.get_mut(service) {
+                    s.stats.abandoned += 1;
                 }
                 continue;
             }
             self.start_work(now, next);
             break;
         }
+        None
     }
+}
+
+/// `r` gets a worker of `state` at `now`: draws its work (the faults in force stretch it)
+/// and returns when it ends, cut at its deadline; `r` is made ready to make its node's calls.
+#[inline(always)]
+fn begin_work(
+    now: Nanos,
+    node: &Node,
+    state: &mut ServiceState,
+    rng: &mut SmallRng,
+    bin: usize,
+    r: &mut Request,
+) -> Nanos {
+    let mut work = node.work.sample(rng);
+    let active = state.faults.at(now);
+    if active.scale != 1.0 {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let scaled = (work as f64 * active.scale).min(Nanos::MAX as f64) as Nanos;
+        work = scaled;
+    }
+    work = work.saturating_add(active.added);
+    let mut end = now.saturating_add(work);
+    if r.deadline < end {
+        end = r.deadline;
+        r.cut = true;
+    }
+    r.next = node.edges.start as u32;
+    r.end = node.edges.end as u32;
+    state.busy += 1;
+    state.stats.at(bin).admitted += 1;
+    end
 }
