@@ -332,7 +332,14 @@ async fn run(watchers: usize, rounds: usize, mode: Mode) {
     }
     let _keep_serving = (stop, serving);
     // The ACKs of version 1 (timed from a publish made before the watchers started) are
-    // left out: the rounds' histogram is the difference from here.
+    // left out: the rounds' histogram is the difference from here, once they have all
+    // landed (or 10 s have gone).
+    let total = |buckets: &[(String, u64)]| buckets.last().map_or(0, |(_, n)| *n);
+    let waited = Instant::now();
+    while total(&ack_buckets(&handle.render())) < watchers as u64 && waited.elapsed().as_secs() < 10
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let before_rounds = ack_buckets(&handle.render());
 
     let mut applied = Vec::with_capacity(watchers * rounds);
@@ -366,7 +373,6 @@ async fn run(watchers: usize, rounds: usize, mode: Mode) {
         applied[applied.len() - 1]
     );
     // Every round's ACKs counted (or 10 s gone: the missing ones show as a shortfall).
-    let total = |buckets: &[(String, u64)]| buckets.last().map_or(0, |(_, n)| *n);
     let expected = total(&before_rounds) + (watchers * rounds) as u64;
     let waited = Instant::now();
     while total(&ack_buckets(&handle.render())) < expected && waited.elapsed().as_secs() < 10 {
@@ -374,7 +380,11 @@ async fn run(watchers: usize, rounds: usize, mode: Mode) {
     }
     let after_rounds = ack_buckets(&handle.render());
     println!("publish -> ACK recorded by the center, the rounds' ACKs (cumulative histogram):");
-    for ((le, after), (_, before)) in after_rounds.iter().zip(&before_rounds) {
+    for (le, after) in &after_rounds {
+        let before = before_rounds
+            .iter()
+            .find(|(bound, _)| bound == le)
+            .map_or(0, |(_, n)| *n);
         println!("  <= {le:>5} s  {}", after - before);
     }
 }

@@ -33,8 +33,9 @@ pub enum ApiError {
     /// The publish was based on a version that is no longer the latest (409).
     #[error("conflict: {0}")]
     Conflict(String),
-    /// The store failed (503): nothing was changed. The cause is in the center's log
-    /// under `id`.
+    /// The store failed (503): nothing was changed, except after an abandoned
+    /// acknowledgement ([`StoreError::Abandoned`]), which may have been written. The cause
+    /// is in the center's log under `id`.
     #[error("the {store} is unavailable (error id {id}; the center's log has the cause)")]
     Store {
         /// Which store: `SQLite store`, `PostgreSQL store`.

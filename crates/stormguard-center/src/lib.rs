@@ -68,7 +68,8 @@
 //! let center = Center::new(store, CenterConfig::default()).await?;
 //! let admin = center.create_token("ops", Role::Admin, None).await?;
 //! println!("admin token: {admin}");
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7450").await?;
+//! // A deep accept queue: a fleet's ACKs arrive as a burst of new connections.
+//! let listener = stormguard_tower::listen::bind("127.0.0.1:7450".parse()?).await?;
 //! center.serve(listener, std::future::pending()).await?;
 //! # Ok(())
 //! # }

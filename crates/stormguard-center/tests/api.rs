@@ -405,3 +405,63 @@ async fn publishes_rollbacks_acks_and_nacks_are_audited() {
         (&json!("i-2"), &json!(false), &json!("no route"))
     );
 }
+
+/// 200 instances acknowledge at once (one group commit or a few): every ACK answers 204 and
+/// the status lists every instance on the version.
+async fn concurrent_acks_all_land(center: &TestCenter) {
+    center.api(&center.editor).publish("fleet", 0, &attempts(2)).await;
+    let instance = center.api(&center.instance_token("fleet").await);
+    let acks = (0..200).map(|i| {
+        let instance = &instance;
+        async move {
+            instance
+                .post(
+                    "/v1/services/fleet/acks",
+                    json!({"instance": format!("i-{i:03}"), "version": 1, "applied": true}),
+                )
+                .await
+                .0
+        }
+    });
+    let statuses = futures_util::future::join_all(acks).await;
+    assert!(statuses.iter().all(|s| *s == 204), "{statuses:?}");
+    let (_, status) = center
+        .api(&center.viewer)
+        .get("/v1/services/fleet/status")
+        .await;
+    let instances = status["instances"].as_array().expect("instances");
+    assert_eq!(instances.len(), 200);
+    assert!(
+        instances
+            .iter()
+            .all(|i| i["version"] == json!(1) && i["applied"] == json!(true))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_acks_all_land_on_sqlite() {
+    concurrent_acks_all_land(&TestCenter::sqlite().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_acks_all_land_on_postgres() {
+    let Some(url) = support::postgres_url("concurrent acks") else {
+        return;
+    };
+    let url = support::postgres_schema(&url).await;
+    concurrent_acks_all_land(&TestCenter::on(&url, None).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nack_reason_with_a_nul_character_is_refused() {
+    let center = TestCenter::sqlite().await;
+    center.api(&center.editor).publish("pay", 0, &attempts(2)).await;
+    let instance = center.api(&center.instance_token("pay").await);
+    let (status, body) = instance
+        .post(
+            "/v1/services/pay/acks",
+            json!({"instance": "i-1", "version": 1, "applied": false, "reason": "bad\u{0}byte"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+}

@@ -16,8 +16,9 @@ use tokio::net::{TcpListener, TcpSocket};
 /// The accept queue [`bind`] asks for; the kernel takes `min(BACKLOG, net.core.somaxconn)`.
 pub const BACKLOG: u32 = 65_535;
 
-/// Binds `addr` (port 0 for any free port) with address reuse and a [`BACKLOG`]-deep
-/// accept queue.
+/// Binds `addr` (port 0 for any free port) with a [`BACKLOG`]-deep accept queue, and on
+/// Unix with address reuse (a restarted server binds its port while the old connections
+/// linger in TIME_WAIT; on Windows the same option would let another process take the port).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -33,6 +34,7 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     } else {
         TcpSocket::new_v6()?
     };
+    #[cfg(unix)]
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(BACKLOG)

@@ -187,37 +187,17 @@ pub(crate) async fn acknowledge(
             "reason: longer than {MAX_REASON} bytes"
         )));
     }
+    if reason.contains('\0') {
+        return Err(ApiError::BadRequest(
+            "reason: contains a NUL character".to_owned(),
+        ));
+    }
     if !ack.applied && reason.is_empty() {
         return Err(ApiError::BadRequest(
             "a NACK (applied = false) needs a reason".to_owned(),
         ));
     }
     let now = now_ms();
-    if ack.applied {
-        // The release in memory knows the stable and canary versions; an ACK that arrives
-        // after a newer publish is timed too (from the store), or the histogram would leave
-        // out exactly the slowest instances.
-        let known = center
-            .hub()
-            .current(&service)
-            .await?
-            .find(ack.version)
-            .map(|s| s.created_ms);
-        let published = match known {
-            Some(created_ms) => Some(created_ms),
-            None => center
-                .store()
-                .version(&service, ack.version)
-                .await?
-                .map(|row| row.created_ms),
-        };
-        if let Some(published) = published {
-            let seconds = (now - published).max(0) as f64 / 1000.0;
-            metrics::histogram!(PUBLISH_TO_ACK).record(seconds);
-        }
-    } else {
-        metrics::counter!(NACKS).increment(1);
-    }
     let audit = NewAudit {
         at_ms: now,
         actor: &caller.name,
@@ -228,5 +208,27 @@ pub(crate) async fn acknowledge(
         detail: &reason,
     };
     center.store().acknowledge(ack.applied, &audit).await?;
+    if ack.applied {
+        // Timed to the commit (the ACK is on disk, not only received), and for an ACK that
+        // arrives after a newer publish too, or the histogram would leave out exactly the
+        // slowest instances. A failed lookup costs the sample, not the committed ACK.
+        if let Some(published) = published_ms(&center, &service, ack.version).await {
+            let seconds = (now_ms() - published).max(0) as f64 / 1000.0;
+            metrics::histogram!(PUBLISH_TO_ACK).record(seconds);
+        }
+    } else {
+        metrics::counter!(NACKS).increment(1);
+    }
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// When `version` of `service` was published: from the release in memory (the stable and
+/// canary versions), else from the store.
+async fn published_ms(center: &Center, service: &str, version: u64) -> Option<i64> {
+    let release = center.hub().current(service).await.ok()?;
+    if let Some(snapshot) = release.find(version) {
+        return Some(snapshot.created_ms);
+    }
+    let row = center.store().version(service, version).await.ok()??;
+    Some(row.created_ms)
 }

@@ -1,52 +1,69 @@
-//! Group commit of acknowledgements (see [`Store`]'s docs): each ACK or NACK joins the
-//! pending list, and whichever caller gets the write turn writes the whole list in one
-//! transaction.
+//! Group commit of acknowledgements (see [`Store`]'s docs).
+//!
+//! Every ACK or NACK goes, with a one-shot channel for its outcome, to one writer task per
+//! store. The writer takes the next record, waits for the write turn, and takes every record
+//! that arrived meanwhile: one transaction, one commit for the group. A record handed over
+//! is written even if its caller goes away (its request dropped), so no caller's departure
+//! can strand or lose another's. When a group fails, its records are written again one by
+//! one, so a record the database refuses fails alone. The records are written in (service,
+//! instance) order: two PostgreSQL replicas writing overlapping groups take row locks in the
+//! same order and cannot deadlock.
 
 use std::sync::Arc;
 
+use tokio::sync::{mpsc, oneshot};
+
 use super::{Backend, NewAudit, Store, StoreError, StoreKind, as_i64, lock};
 
-/// An acknowledgement waiting for its group's commit.
+/// The most records one group transaction writes.
+const MAX_GROUP: usize = 512;
+
+/// The channel to a store's ACK writer, started by the first acknowledgement (and again if
+/// the runtime it ran on has gone).
+pub(super) type AckWriter = std::sync::Mutex<Option<mpsc::UnboundedSender<PendingAck>>>;
+
+/// An acknowledgement on its way to the writer, with the channel for its outcome.
 #[derive(Debug)]
 pub(super) struct PendingAck {
-    applied: bool,
-    audit: OwnedAudit,
-    done: tokio::sync::oneshot::Sender<Result<(), Arc<StoreError>>>,
+    record: AckRecord,
+    done: oneshot::Sender<Result<(), StoreError>>,
 }
 
-/// An audit record that outlives its request (one of a group commit).
+/// An ACK or NACK and its audit record, owned (it outlives its request).
 #[derive(Debug)]
-struct OwnedAudit {
+struct AckRecord {
+    applied: bool,
     at_ms: i64,
     actor: String,
     action: String,
     service: String,
     version: Option<u64>,
-    instance: Option<String>,
+    instance: String,
     detail: String,
 }
 
-impl OwnedAudit {
-    fn new(audit: &NewAudit<'_>) -> OwnedAudit {
-        OwnedAudit {
+impl AckRecord {
+    fn new(applied: bool, audit: &NewAudit<'_>) -> AckRecord {
+        AckRecord {
+            applied,
             at_ms: audit.at_ms,
             actor: audit.actor.to_owned(),
             action: audit.action.to_owned(),
             service: audit.service.to_owned(),
             version: audit.version,
-            instance: audit.instance.map(str::to_owned),
+            instance: audit.instance.unwrap_or_default().to_owned(),
             detail: audit.detail.to_owned(),
         }
     }
 
-    fn borrowed(&self) -> NewAudit<'_> {
+    fn audit(&self) -> NewAudit<'_> {
         NewAudit {
             at_ms: self.at_ms,
             actor: &self.actor,
             action: &self.action,
             service: &self.service,
             version: self.version,
-            instance: self.instance.as_deref(),
+            instance: Some(&self.instance),
             detail: &self.detail,
         }
     }
@@ -54,59 +71,97 @@ impl OwnedAudit {
 
 impl Store {
     /// Records an instance's ACK or NACK of a version, with its audit record, committed
-    /// with whatever other acknowledgements are pending (see [`Store`]).
+    /// with whatever other acknowledgements arrive meanwhile (see the
+    /// [module docs](self)). Returns once the record is committed.
     pub(crate) async fn acknowledge(
         &self,
         applied: bool,
         audit: &NewAudit<'_>,
     ) -> Result<(), StoreError> {
-        let (done, outcome) = tokio::sync::oneshot::channel();
-        lock(&self.acks).push(PendingAck {
-            applied,
-            audit: OwnedAudit::new(audit),
+        let (done, outcome) = oneshot::channel();
+        let mut pending = PendingAck {
+            record: AckRecord::new(applied, audit),
             done,
-        });
-        // One group at a time on either database. The first caller to get the turn writes
-        // every pending ACK, in a task of its own so that a caller that goes away (its
-        // request dropped) cannot leave the others' records unwritten; the later callers
-        // find theirs written.
-        let turn = Arc::clone(&self.writes).lock_owned().await;
-        let group = std::mem::take(&mut *lock(&self.acks));
-        if !group.is_empty() {
-            let store = self.clone();
-            tokio::spawn(async move {
-                let written = store.write_acks(&group).await.map_err(Arc::new);
-                drop(turn);
-                for pending in group {
-                    let _ = pending.done.send(written.clone());
+        };
+        {
+            let mut writer = lock(&self.ack_writer);
+            if let Some(sender) = writer.as_ref() {
+                match sender.send(pending) {
+                    Ok(()) => {
+                        drop(writer);
+                        return outcome.await.unwrap_or(Err(StoreError::Abandoned));
+                    }
+                    // The writer's runtime has gone: start another on this one.
+                    Err(mpsc::error::SendError(back)) => pending = back,
                 }
-            });
+            }
+            let sender = self.start_ack_writer();
+            // A channel just made, its receiver held by the task: the send cannot fail.
+            let _ = sender.send(pending);
+            *writer = Some(sender);
         }
-        match outcome.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(StoreError::Group(error)),
-            // The group's task ended without an answer (the runtime is shutting down).
-            Err(_) => Err(StoreError::Group(Arc::new(StoreError::Abandoned))),
+        outcome.await.unwrap_or(Err(StoreError::Abandoned))
+    }
+
+    fn start_ack_writer(&self) -> mpsc::UnboundedSender<PendingAck> {
+        let (sender, mut receiver) = mpsc::unbounded_channel::<PendingAck>();
+        // The writer holds the database and the write turn, not the channel's sender: the
+        // task ends when the last clone of the store (and its sender) is dropped.
+        let writer = Store {
+            backend: self.backend.clone(),
+            writes: Arc::clone(&self.writes),
+            ack_writer: Arc::default(),
+        };
+        tokio::spawn(async move {
+            while let Some(first) = receiver.recv().await {
+                let _turn = writer.write_turn().await;
+                let mut group = vec![first];
+                while group.len() < MAX_GROUP {
+                    match receiver.try_recv() {
+                        Ok(next) => group.push(next),
+                        Err(_) => break,
+                    }
+                }
+                writer.write_group(group).await;
+            }
+        });
+        sender
+    }
+
+    /// Writes the group in one transaction, or, if that fails, each record in its own.
+    async fn write_group(&self, mut group: Vec<PendingAck>) {
+        group.sort_by(|a, b| {
+            (&a.record.service, &a.record.instance).cmp(&(&b.record.service, &b.record.instance))
+        });
+        let records: Vec<&AckRecord> = group.iter().map(|p| &p.record).collect();
+        if self.write_acks(&records).await.is_ok() {
+            for pending in group {
+                let _ = pending.done.send(Ok(()));
+            }
+            return;
+        }
+        for pending in group {
+            let alone = self.write_acks(&[&pending.record]).await;
+            let _ = pending.done.send(alone);
         }
     }
 
-    /// One transaction for a group of acknowledgements.
-    async fn write_acks(&self, group: &[PendingAck]) -> Result<(), StoreError> {
+    /// One transaction for these acknowledgements.
+    async fn write_acks(&self, records: &[&AckRecord]) -> Result<(), StoreError> {
         const SQL: &str = "INSERT INTO center_instances (service, instance, labels, version, applied, reason, seen_ms)
             VALUES ($1, $2, '{}', $3, $4, $5, $6)
             ON CONFLICT (service, instance) DO UPDATE
             SET version = $3, applied = $4, reason = $5, seen_ms = $6";
         on_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
-            for pending in group {
-                let audit = pending.audit.borrowed();
-                let reason = (!pending.applied).then_some(audit.detail);
+            for record in records {
+                let audit = record.audit();
                 sqlx::query(SQL)
                     .bind(audit.service)
                     .bind(audit.instance.unwrap_or_default())
                     .bind(audit.version.map(as_i64))
-                    .bind(i64::from(pending.applied))
-                    .bind(reason)
+                    .bind(i64::from(record.applied))
+                    .bind((!record.applied).then_some(audit.detail))
                     .bind(audit.at_ms)
                     .execute(&mut *tx)
                     .await?;

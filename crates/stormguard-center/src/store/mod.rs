@@ -74,12 +74,9 @@ pub enum StoreError {
     /// The URL is neither `sqlite:` nor `postgres:`.
     #[error("database URL {0:?}: expected sqlite:… or postgres://…")]
     Url(String),
-    /// A write committed in a group with others (see [`Store`]) failed: the group's error.
-    #[error("{0}")]
-    Group(Arc<StoreError>),
-    /// The group commit this write joined ended without an answer (the runtime shut down):
+    /// The acknowledgement's group commit ended without an answer (the runtime shut down):
     /// whether it was written is unknown.
-    #[error("the write's group commit was abandoned; it may not have been written")]
+    #[error("the acknowledgement's group commit ended without an answer; it may not have been written")]
     Abandoned,
     /// The service's latest version is not the one the publish was based on.
     #[error("the latest version is {latest}, not {base}: publish again on {latest}")]
@@ -109,15 +106,15 @@ enum Backend {
 ///
 /// Each commit waits for the disk (`fsync`), a few milliseconds on common disks: a thousand
 /// instances acknowledging one publish, one commit each, would queue for seconds. ACKs and
-/// NACKs are therefore committed in groups: each one joins the queue of pending
-/// acknowledgements, and whichever caller gets the write turn writes every pending one in a
-/// single transaction, one commit for the group, and tells each caller its outcome. Each
-/// caller still returns only once its own record is on disk.
+/// NACKs are therefore committed in groups by one writer task per store (on either
+/// database): every acknowledgement that arrives while a group is being written joins the
+/// next group, one transaction and one commit for all of them. Each caller still returns
+/// only once its own record is committed.
 #[derive(Clone, Debug)]
 pub struct Store {
     backend: Backend,
     writes: Arc<tokio::sync::Mutex<()>>,
-    acks: Arc<std::sync::Mutex<Vec<acks::PendingAck>>>,
+    ack_writer: Arc<acks::AckWriter>,
 }
 
 /// Runs `$body` with `$pool` bound to whichever pool the store has: one SQL text, two drivers.
@@ -278,7 +275,7 @@ impl Store {
         Store {
             backend,
             writes: Arc::default(),
-            acks: Arc::default(),
+            ack_writer: Arc::default(),
         }
     }
 

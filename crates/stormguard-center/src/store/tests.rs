@@ -1,6 +1,6 @@
 //! The group commit of acknowledgements, on a real SQLite file.
 
-use super::{NewAudit, Store};
+use super::{Backend, NewAudit, Store, StoreError};
 
 async fn sqlite() -> (Store, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -8,68 +8,95 @@ async fn sqlite() -> (Store, tempfile::TempDir) {
     (Store::open(&url).await.expect("open"), dir)
 }
 
-async fn ack(store: Store, instance: String, version: u64) -> Result<(), super::StoreError> {
+async fn ack(store: Store, instance: String) -> Result<(), StoreError> {
     let audit = NewAudit {
         at_ms: 1,
         actor: "svc",
         action: "ack",
         service: "svc",
-        version: Some(version),
+        version: Some(7),
         instance: Some(&instance),
         detail: "",
     };
     store.acknowledge(true, &audit).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_acks_are_each_written_once_with_their_audit_record() {
-    let (store, _dir) = sqlite().await;
-    let calls = (0..300).map(|i| tokio::spawn(ack(store.clone(), format!("i-{i}"), 7)));
-    for call in futures_util::future::join_all(calls).await {
-        call.expect("task").expect("ack written");
-    }
+async fn written(store: &Store) -> (Vec<String>, usize) {
     let instances = store.instances("svc").await.expect("instances");
-    assert_eq!(instances.len(), 300);
-    assert!(
-        instances
-            .iter()
-            .all(|row| row.version == Some(7) && row.applied == Some(1))
-    );
-    let audit = store.audit_log(Some("svc"), 1000).await.expect("audit");
-    assert_eq!(audit.iter().filter(|row| row.action == "ack").count(), 300);
+    assert!(instances.iter().all(|r| r.version == Some(7) && r.applied == Some(1)));
+    let audit = store.audit_log(Some("svc"), 10_000).await.expect("audit");
+    let acks = audit.iter().filter(|row| row.action == "ack").count();
+    (instances.into_iter().map(|r| r.instance).collect(), acks)
+}
+
+/// Spawns an ACK per name while the test holds the write turn, lets each hand its record
+/// over (a current-thread runtime runs every spawned task at the yields), and returns the
+/// callers, the turn still held: they all land in the writer's next group.
+async fn held_group(store: &Store, names: &[&str]) -> (Vec<tokio::task::JoinHandle<Result<(), StoreError>>>, tokio::sync::OwnedMutexGuard<()>) {
+    let turn = std::sync::Arc::clone(&store.writes).lock_owned().await;
+    let calls = names
+        .iter()
+        .map(|name| tokio::spawn(ack(store.clone(), (*name).to_owned())))
+        .collect();
+    for _ in 0..8 {
+        tokio::task::yield_now().await;
+    }
+    (calls, turn)
+}
+
+/// Waits for the writer to finish the group it holds (it has the turn next).
+async fn group_done(store: &Store, turn: tokio::sync::OwnedMutexGuard<()>) {
+    drop(turn);
+    drop(store.writes.lock().await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_caller_that_goes_away_does_not_take_the_others_acks_with_it() {
+async fn concurrent_acks_are_each_written_once_with_their_audit_record() {
     let (store, _dir) = sqlite().await;
-    // Hold the write turn so that every ACK below joins one pending group; once the first
-    // caller (number 0) has taken the group to write it, abort the callers with even
-    // numbers, the writer among them.
-    let turn = std::sync::Arc::clone(&store.writes).lock_owned().await;
-    let calls: Vec<_> = (0..40)
-        .map(|i| tokio::spawn(ack(store.clone(), format!("i-{i}"), 3)))
-        .collect();
-    while super::lock(&store.acks).len() < 40 {
-        tokio::task::yield_now().await;
+    let calls = (0..300).map(|i| tokio::spawn(ack(store.clone(), format!("i-{i}"))));
+    for call in futures_util::future::join_all(calls).await {
+        call.expect("task").expect("ack written");
     }
-    drop(turn);
-    while !super::lock(&store.acks).is_empty() {
-        tokio::task::yield_now().await;
-    }
-    for call in calls.iter().step_by(2) {
+    let (instances, acks) = written(&store).await;
+    assert_eq!((instances.len(), acks), (300, 300));
+}
+
+#[tokio::test]
+async fn acks_whose_callers_went_away_are_written_all_the_same() {
+    let (store, _dir) = sqlite().await;
+    let names: Vec<String> = (0..40).map(|i| format!("i-{i:02}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (calls, turn) = held_group(&store, &names).await;
+    for call in &calls {
         call.abort();
     }
-    for (i, call) in calls.into_iter().enumerate() {
-        match call.await {
-            Ok(written) => written.expect("ack written"),
-            Err(aborted) => assert!(aborted.is_cancelled() && i % 2 == 0),
-        }
+    group_done(&store, turn).await;
+    let (instances, acks) = written(&store).await;
+    assert_eq!(instances, names);
+    assert_eq!(acks, 40);
+}
+
+#[tokio::test]
+async fn an_ack_the_database_refuses_fails_alone() {
+    let (store, _dir) = sqlite().await;
+    let Backend::Sqlite(pool) = &store.backend else {
+        unreachable!("an SQLite store")
+    };
+    sqlx::raw_sql(
+        "CREATE TRIGGER refuse_bad BEFORE INSERT ON center_audit WHEN NEW.instance = 'i-bad'
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+    )
+    .execute(pool)
+    .await
+    .expect("trigger");
+    let (calls, turn) = held_group(&store, &["i-a", "i-bad", "i-b", "i-c"]).await;
+    group_done(&store, turn).await;
+    let mut outcomes = Vec::new();
+    for call in calls {
+        outcomes.push(call.await.expect("task").is_ok());
     }
-    let instances = store.instances("svc").await.expect("instances");
-    for i in (1..40).step_by(2) {
-        assert!(
-            instances.iter().any(|row| row.instance == format!("i-{i}")),
-            "i-{i} was not written"
-        );
-    }
+    assert_eq!(outcomes, [true, false, true, true]);
+    let (instances, acks) = written(&store).await;
+    assert_eq!(instances, ["i-a", "i-b", "i-c"]);
+    assert_eq!(acks, 3);
 }

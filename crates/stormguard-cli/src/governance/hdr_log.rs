@@ -33,34 +33,62 @@ pub(crate) const UNTAGGED: &str = "default";
 /// names the line that could not be read.
 pub(crate) fn parse(bytes: &[u8], unit: Duration) -> Result<BTreeMap<String, Percentiles>, String> {
     let mut merged: BTreeMap<String, Hdr> = BTreeMap::new();
-    for entry in entries(bytes, unit)? {
+    entries(bytes, unit, |entry| {
         match merged.get_mut(&entry.endpoint) {
             Some(total) => total.merge(&entry.latencies),
             None => {
                 merged.insert(entry.endpoint, entry.latencies);
             }
         }
-    }
+        Ok(())
+    })?;
     Ok(merged
         .into_iter()
         .filter_map(|(tag, h)| h.percentiles().map(|p| (tag, p)))
         .collect())
 }
 
-/// The intervals of every endpoint, each at its absolute start; `None` when the log does not
-/// say when its intervals were (no `StartTime` or `BaseTime` and timestamps under a year, i.e.
-/// relative to an unknown start). Timestamps are read as HdrHistogram's `HistogramLogReader`
-/// reads them: after a `BaseTime`, seconds since it; after a `StartTime`, seconds since it
-/// when they are more than a year below it, else Unix seconds; with neither, Unix seconds.
-pub(crate) fn parse_timed(bytes: &[u8], unit: Duration) -> Result<Option<Timed>, String> {
-    let mut out: BTreeMap<String, Vec<Interval<Hdr>>> = BTreeMap::new();
-    for entry in entries(bytes, unit)? {
-        let Some(start) = entry.start else {
-            return Ok(None);
+/// The intervals of every endpoint, each at its absolute start, merged into one interval per
+/// `granularity` (a step that divides both the alarm window and the hour: a day of one-second
+/// intervals is then 1,440 histograms per endpoint at most, not 86,400); `None` when the log
+/// does not say when its intervals were (no `StartTime` or `BaseTime` and timestamps under a
+/// year, i.e. relative to an unknown start). Timestamps are read as HdrHistogram's
+/// `HistogramLogReader` reads them: after a `BaseTime`, seconds since it; after a
+/// `StartTime`, seconds since it when they are more than a year below it, else Unix seconds;
+/// with neither, Unix seconds.
+pub(crate) fn parse_timed(
+    bytes: &[u8],
+    unit: Duration,
+    granularity: Duration,
+) -> Result<Option<Timed>, String> {
+    let step = granularity.as_secs().max(1);
+    let mut merged: BTreeMap<(String, u64), Hdr> = BTreeMap::new();
+    let mut untimed = false;
+    entries(bytes, unit, |entry| {
+        let since = entry
+            .start
+            .and_then(|start| start.duration_since(SystemTime::UNIX_EPOCH).ok());
+        let Some(since) = since else {
+            untimed = true;
+            return Ok(());
         };
-        out.entry(entry.endpoint).or_default().push(Interval {
-            start,
-            latencies: entry.latencies,
+        let key = (entry.endpoint, since.as_secs() / step * step);
+        match merged.get_mut(&key) {
+            Some(total) => total.merge(&entry.latencies),
+            None => {
+                merged.insert(key, entry.latencies);
+            }
+        }
+        Ok(())
+    })?;
+    if untimed {
+        return Ok(None);
+    }
+    let mut out: Timed = BTreeMap::new();
+    for ((endpoint, secs), latencies) in merged {
+        out.entry(endpoint).or_default().push(Interval {
+            start: SystemTime::UNIX_EPOCH + Duration::from_secs(secs),
+            latencies,
         });
     }
     Ok(Some(out))
@@ -78,8 +106,16 @@ pub(crate) struct Hdr {
 
 impl Latencies for Hdr {
     fn merge(&mut self, other: &Self) {
-        // Both auto-resize (see `entries`): adding fails only when a count passes u64::MAX.
-        let _ = self.histogram.add(&other.histogram);
+        // Both auto-resize (see `entries`): adding fails only when a count would pass
+        // u64::MAX, and then saturating is the honest answer.
+        if self.histogram.add(&other.histogram).is_err() {
+            for value in other.histogram.iter_recorded() {
+                let _ = self.histogram.saturating_record_n(
+                    value.value_iterated_to(),
+                    value.count_at_value(),
+                );
+            }
+        }
     }
 
     fn count(&self) -> u64 {
@@ -101,8 +137,11 @@ struct Entry {
 /// A year of seconds: interval timestamps further below the `StartTime` are deltas.
 const YEAR: Duration = Duration::from_secs(365 * 86_400);
 
-fn entries(bytes: &[u8], unit: Duration) -> Result<Vec<Entry>, String> {
-    let mut out = Vec::new();
+fn entries(
+    bytes: &[u8],
+    unit: Duration,
+    mut each: impl FnMut(Entry) -> Result<(), String>,
+) -> Result<(), String> {
     let mut deserializer = Deserializer::new();
     let (mut start_time, mut base_time) = (None, None);
     for (index, entry) in IntervalLogIterator::new(bytes).enumerate() {
@@ -147,16 +186,16 @@ fn entries(bytes: &[u8], unit: Duration) -> Result<Vec<Entry>, String> {
             (None, _) if stamp >= YEAR => Some(stamp),
             (None, _) => None,
         };
-        out.push(Entry {
+        each(Entry {
             endpoint: endpoint_of(tag),
             start: since_epoch.and_then(|d| SystemTime::UNIX_EPOCH.checked_add(d)),
             latencies: Hdr {
                 histogram: resizing,
                 unit,
             },
-        });
+        })?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The endpoint a tag names: `METHOD_/path` is `METHOD /path`; any other tag as it is.
@@ -266,9 +305,9 @@ mod tests {
         ) {
             let _ = parse(&bytes, Duration::from_micros(1));
             let _ = parse(line.as_bytes(), Duration::from_secs(1));
-            let _ = parse_timed(&bytes, Duration::from_micros(1));
+            let _ = parse_timed(&bytes, Duration::from_micros(1), Duration::from_secs(60));
             let timed = format!("#[StartTime: 1772323200.000 (seconds since epoch)]\n{line}\n");
-            let _ = parse_timed(timed.as_bytes(), Duration::from_secs(1));
+            let _ = parse_timed(timed.as_bytes(), Duration::from_secs(1), Duration::from_secs(60));
         }
     }
 
@@ -299,7 +338,7 @@ mod tests {
                 )
                 .expect("interval");
             drop(writer);
-            let timed = parse_timed(&out, Duration::from_millis(1)).expect("a log");
+            let timed = parse_timed(&out, Duration::from_millis(1), Duration::from_secs(1)).expect("a log");
             timed.map(|t| t["a"][0].start)
         };
         let t = 1_772_323_200;

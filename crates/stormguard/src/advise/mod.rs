@@ -225,9 +225,16 @@ pub fn advise_timed(
             .map(|p| advise_window(p.clone(), stress, base))
             .collect()
     };
+    let off_peak = off_peak.map(|off| {
+        let windows = judge(&off);
+        (off, windows)
+    });
     let (advice, windows) = match off_peak {
-        Some(off) if judge(&off).iter().any(|w| w.suggested) => (off, judge(&off)),
-        _ => (all_day, judge(&all_day)),
+        Some((off, windows)) if windows.iter().any(|w| w.suggested) => (off, windows),
+        _ => {
+            let windows = judge(&all_day);
+            (all_day, windows)
+        }
     };
     let in_force: Vec<(Schedule, Duration)> = windows
         .iter()

@@ -107,10 +107,29 @@ impl Histogram {
 }
 
 impl super::timed::Latencies for Histogram {
+    /// Cumulative buckets add bound by bound; where only one side has a bound, the other's
+    /// count there is its count at its next lower bound (what it observed at or below).
     fn merge(&mut self, other: &Self) {
-        for &(le, count) in &other.buckets {
-            self.add(le, count);
-        }
+        let at_or_below = |h: &Histogram, le: f64| {
+            h.buckets
+                .iter()
+                .take_while(|(bound, _)| *bound <= le)
+                .last()
+                .map_or(0.0, |(_, count)| *count)
+        };
+        let mut bounds: Vec<f64> = self
+            .buckets
+            .iter()
+            .chain(&other.buckets)
+            .map(|(bound, _)| *bound)
+            .collect();
+        bounds.sort_by(f64::total_cmp);
+        bounds.dedup();
+        let merged = bounds
+            .into_iter()
+            .map(|le| (le, at_or_below(self, le) + at_or_below(other, le)))
+            .collect();
+        self.buckets = merged;
     }
 
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -225,5 +244,26 @@ fn labels(mut s: &str) -> Result<(Labels, &str), String> {
         out.push((key, value));
         s = s[end + 1..].trim_start();
         s = s.strip_prefix(',').unwrap_or(s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Histogram;
+    use crate::advise::timed::Latencies as _;
+
+    #[test]
+    fn histograms_with_different_bounds_merge_by_what_each_saw_at_or_below() {
+        let mut a = Histogram::new([(0.1, 10.0), (0.2, 20.0), (f64::INFINITY, 30.0)]);
+        let b = Histogram::new([(0.1, 5.0), (f64::INFINITY, 8.0)]);
+        a.merge(&b);
+        // At 0.2 the second saw its 5 at or below 0.1.
+        assert_eq!(
+            a.buckets,
+            vec![(0.1, 15.0), (0.2, 25.0), (f64::INFINITY, 38.0)]
+        );
+        let mut empty = Histogram::new([]);
+        empty.merge(&b);
+        assert_eq!(empty.buckets, b.buckets);
     }
 }

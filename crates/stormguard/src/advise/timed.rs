@@ -5,8 +5,9 @@
 //! The seeds' alarm is "P99 above 80 % of the timeout for 5 minutes". A week's P99 can sit
 //! well below that line while one bad five minutes crosses it: the whole-period figure
 //! averages the burst away, and the alarm an operator would have received never shows. So
-//! the data is cut into consecutive windows of [`ALARM_WINDOW`] (aligned to the clock, as
-//! Prometheus aligns `query_range` steps), each window's P99 is computed on its own
+//! the data is cut into consecutive windows of [`ALARM_WINDOW`] (aligned to the clock:
+//! multiples of the window since the Unix epoch; the CLI rounds its Prometheus range queries
+//! to the same multiples), each window's P99 is computed on its own
 //! ([`window_p99s`]), and [`alarm`] reports the windows whose P99 is above the threshold:
 //! how many, what share, the first and the worst. Any source with timestamps gives the same
 //! [`Interval`]s (a CSV row is an interval of one latency, an HdrHistogram log interval is

@@ -148,8 +148,10 @@ struct Input {
 
 pub(crate) fn run(command: AdviseCommand) -> Result<String, Failure> {
     let AdviseCommand::Timeouts(args) = command;
-    if args.alarm_window < Duration::from_secs(1) {
-        return Err(Failure::Usage("--alarm-window is at least 1s".into()));
+    if args.alarm_window < Duration::from_secs(1) || args.alarm_window.subsec_nanos() != 0 {
+        return Err(Failure::Usage(
+            "--alarm-window is whole seconds, at least 1s".into(),
+        ));
     }
     stormguard::policy::Schedule::daily("00:00", "01:00", &args.time_zone).map_err(|_| {
         Failure::Usage(format!(
@@ -300,6 +302,17 @@ fn series<L: Latencies>(
         .collect()
 }
 
+/// The step to which a log's intervals are merged: the largest that divides both the alarm
+/// window and the hour, so that neither an alarm window nor an hour of the peak search
+/// splits a merged interval.
+fn merge_step(alarm_window: Duration) -> Duration {
+    let (mut a, mut b) = (alarm_window.as_secs().max(1), 3600);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    Duration::from_secs(a)
+}
+
 /// A latency file; with `timed`, its time series too when it has time.
 fn read_file(path: &Path, args: &TimeoutArgs, timed: bool) -> Result<Input, Failure> {
     let bad = |e: &dyn std::fmt::Display| Failure::Usage(format!("{}: {e}", path.display()));
@@ -308,7 +321,7 @@ fn read_file(path: &Path, args: &TimeoutArgs, timed: bool) -> Result<Input, Fail
         let bytes = std::fs::read(path).map_err(|e| bad(&e))?;
         let whole = super::hdr_log::parse(&bytes, args.hdr_unit).map_err(|e| bad(&e))?;
         let timed = if timed {
-            super::hdr_log::parse_timed(&bytes, args.hdr_unit)
+            super::hdr_log::parse_timed(&bytes, args.hdr_unit, merge_step(args.alarm_window))
                 .map_err(|e| bad(&e))?
                 .map(|t| series(t, args))
                 .transpose()?
