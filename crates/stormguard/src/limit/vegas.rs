@@ -66,6 +66,7 @@ const MAX_TOLERANCE: f64 = 100.0;
 /// under a standing queue *includes* the queue: the estimate then sees no queue and the limit
 /// ratchets up with every probe. Here, as in Envoy's adaptive concurrency filter
 /// (`min_rtt_calc_interval`, `min_concurrency`), the probe pins the limit to `probe_limit`
+/// (or half the limit, when that is lower: a small server behind a limit of 3 keeps a queue)
 /// for two windows, one to drain the queue and one to measure, then takes that window's
 /// shortest RTT and restores the limit.
 ///
@@ -240,7 +241,10 @@ impl Vegas {
         if self.since_probe >= self.probe_every && self.rtt_noload.is_some() {
             self.since_probe = 0;
             self.probing = Some((self.limit, false));
-            self.limit = self.limit.min(f64::from(self.probe_limit));
+            // Half the limit when that is lower: one worker behind a limit of 2 or 3 keeps a
+            // queue at a probe limit of 3, and the probe would learn the queue.
+            let pinned = f64::from(self.probe_limit).min((self.limit / 2.0).max(1.0));
+            self.limit = self.limit.min(pinned);
             return self.limit();
         }
         let noload = self.rtt_noload.map_or(window_min, |n| n.min(window_min));
