@@ -7,7 +7,9 @@
 //! (with `LoadShed`, answering 503) tuned to the worker count; stormguard's
 //! `AdaptiveLimitLayer` with its defaults (Vegas, behind `DeadlineLayer`). For each: goodput
 //! (logical requests answered 200 within their 1 s timeout, per second, and as a share of the
-//! capacity) and the p50/p99 latency of the admitted attempts (those answered 200), with the
+//! capacity) and the p50/p99 latency of the admitted attempts (those answered 200) as the
+//! clients see it and as the server does (its outermost layer to the response ready: the
+//! difference is the client, the connection and the scheduling of both), with the
 //! issue's goal checked: goodput at least 90 % of capacity and admitted p99 at most twice the
 //! unloaded p99.
 //!
