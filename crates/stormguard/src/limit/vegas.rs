@@ -36,7 +36,9 @@ const MAX_TOLERANCE: f64 = 100.0;
 /// Before those rules, the limit begins at `initial` (1 by default) and doubles every window
 /// until a window's mean RTT is more than a quarter above the shortest window mean seen so far
 /// (or a request drops); it is then cut to `limit × that shortest mean / rtt`, the concurrency
-/// the server got through without a queue, and the rules above take over (TCP's slow start
+/// the server got through without a queue, and the rules above take over. Each doubling is of
+/// that same concurrency (the limit itself while the RTT holds), so the limit gets no further
+/// than about twice the server's capacity, for one window (TCP's slow start
 /// with HyStart's delay exit; see [`Gradient2`](super::Gradient2) for the same phase). A
 /// server of any size is reached in `log2` of its concurrency windows (a second for a
 /// thousand with 100 ms windows), and the no-load RTT is learnt at a limit too low to queue
@@ -76,9 +78,8 @@ const MAX_TOLERANCE: f64 = 100.0;
 /// # Default
 ///
 /// A slow start from a limit of 1 (Netflix's initial limit is 20, without one), maximum 1000,
-/// minimum 1, smoothing 1 (no smoothing); a probe
-/// every 50 windows (5 s with the default window; Envoy: 60 s) pinned to 3 (Envoy's
-/// `min_concurrency`); an RTT tolerance of 2 (Netflix's Gradient2 uses 1.5 for its long-term
+/// minimum 1, smoothing 1 (no smoothing); a probe every 50 windows (5 s with the default
+/// window; Envoy: 60 s) pinned to 3 (Envoy's `min_concurrency`); an RTT tolerance of 2 (Netflix's Gradient2 uses 1.5 for its long-term
 /// ratio; 2 lets a saturated single worker keep one request waiting, so it never idles).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Vegas {
