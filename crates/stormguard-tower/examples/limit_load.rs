@@ -7,7 +7,9 @@
 //! (with `LoadShed`, answering 503) tuned to the worker count; stormguard's
 //! `AdaptiveLimitLayer` with its defaults (Vegas, behind `DeadlineLayer`). For each: goodput
 //! (logical requests answered 200 within their 1 s timeout, per second, and as a share of the
-//! capacity) and the p50/p99 latency of the admitted attempts (those answered 200), with the
+//! capacity) and the p50/p99 latency of the admitted attempts (those answered 200) as the
+//! clients see it and as the server does (its outermost layer to the response ready: the
+//! difference is the client, the connection and the scheduling of both), with the
 //! issue's goal checked: goodput at least 90 % of capacity and admitted p99 at most twice the
 //! unloaded p99.
 //!
@@ -26,8 +28,10 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::Response;
 use axum::routing::get;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
@@ -112,11 +116,35 @@ async fn handler(State(pool): State<CpuPool>) -> &'static str {
     "done"
 }
 
-fn router(mode: &str, layer: &AdaptiveLimitLayer) -> Router {
+/// Latencies of the 200 answers as the server sees them: from the request reaching its
+/// outermost layer to the response being ready (before it is written).
+type Served = Arc<Mutex<Histogram<u64>>>;
+
+fn histogram() -> Histogram<u64> {
+    Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram")
+}
+
+fn record(h: &Mutex<Histogram<u64>>, took: Duration) {
+    let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+    if let Ok(mut h) = h.lock() {
+        let _ = h.record(micros.max(1));
+    }
+}
+
+async fn measure(State(served): State<Served>, request: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let response = next.run(request).await;
+    if response.status() == StatusCode::OK {
+        record(&served, start.elapsed());
+    }
+    response
+}
+
+fn router(mode: &str, layer: &AdaptiveLimitLayer, served: Served) -> Router {
     let app = Router::new()
         .route("/work", get(handler))
         .with_state(CpuPool::start());
-    match mode {
+    let app = match mode {
         "none" => app,
         "tower" => app.layer(
             ServiceBuilder::new()
@@ -127,23 +155,26 @@ fn router(mode: &str, layer: &AdaptiveLimitLayer) -> Router {
                 .concurrency_limit(WORKERS),
         ),
         _ => app.layer(layer.clone()).layer(DeadlineLayer::new()),
-    }
+    };
+    app.layer(from_fn_with_state(served, measure))
 }
 
-/// Serves `mode` on its own runtime of one I/O thread, with its own CPU pool.
-fn serve(mode: &str, layer: &AdaptiveLimitLayer) -> (SocketAddr, tokio::runtime::Runtime) {
+/// Serves `mode` on its own runtime of one I/O thread, with its own CPU pool; the histogram
+/// fills with the server's view of the 200 answers.
+fn serve(mode: &str, layer: &AdaptiveLimitLayer) -> (SocketAddr, tokio::runtime::Runtime, Served) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("server runtime");
-    let app = router(mode, layer);
+    let served = Arc::new(Mutex::new(histogram()));
+    let app = router(mode, layer, Arc::clone(&served));
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .expect("bind");
     let addr = listener.local_addr().expect("address");
     runtime.spawn(async move { axum::serve(listener, app).await.expect("serves") });
-    (addr, runtime)
+    (addr, runtime, served)
 }
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
@@ -169,30 +200,33 @@ async fn attempt(client: &HttpClient, addr: SocketAddr) -> (Option<StatusCode>, 
 
 struct Figures {
     goodput: f64,
-    p50_ms: f64,
-    p99_ms: f64,
+    /// The client's view of the attempts answered 200.
+    latencies: Histogram<u64>,
     shed: u64,
     timed_out: u64,
     dropped: u64,
 }
 
+/// The `q` quantile of `h`, in milliseconds.
+fn ms(h: &Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64 / 1e3
+}
+
 /// Latency with no load: one request after the other for `length`.
 async fn one_at_a_time(addr: SocketAddr, length: Duration) -> Figures {
     let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
-    let mut latencies = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+    let latencies = Mutex::new(histogram());
     let mut good = 0u64;
     let start = Instant::now();
     while start.elapsed() < length {
         if let (Some(StatusCode::OK), took) = attempt(&client, addr).await {
             good += 1;
-            let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-            let _ = latencies.record(micros.max(1));
+            record(&latencies, took);
         }
     }
     Figures {
         goodput: good as f64 / length.as_secs_f64(),
-        p50_ms: latencies.value_at_quantile(0.5) as f64 / 1e3,
-        p99_ms: latencies.value_at_quantile(0.99) as f64 / 1e3,
+        latencies: latencies.into_inner().expect("histogram"),
         shed: 0,
         timed_out: 0,
         dropped: 0,
@@ -209,9 +243,7 @@ async fn load(addr: SocketAddr, rate: f64, seconds: u64) -> Figures {
     let shed = Arc::new(AtomicU64::new(0));
     let timed_out = Arc::new(AtomicU64::new(0));
     let outstanding = Arc::new(AtomicU64::new(0));
-    let latencies = Arc::new(Mutex::new(
-        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram"),
-    ));
+    let latencies = Arc::new(Mutex::new(histogram()));
     let mut dropped = 0;
     let start = tokio::time::Instant::now();
     let total = (rate * seconds as f64) as u64;
@@ -237,10 +269,7 @@ async fn load(addr: SocketAddr, rate: f64, seconds: u64) -> Figures {
                 match status {
                     Some(StatusCode::OK) => {
                         good.fetch_add(1, Ordering::Relaxed);
-                        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-                        if let Ok(mut h) = latencies.lock() {
-                            let _ = h.record(micros.max(1));
-                        }
+                        record(&latencies, took);
                         break;
                     }
                     Some(_) => {
@@ -257,11 +286,10 @@ async fn load(addr: SocketAddr, rate: f64, seconds: u64) -> Figures {
     for t in tasks {
         let _ = t.await;
     }
-    let h = latencies.lock().map(|h| h.clone()).expect("histogram");
+    let latencies = latencies.lock().map(|h| h.clone()).expect("histogram");
     Figures {
         goodput: good.load(Ordering::Relaxed) as f64 / seconds as f64,
-        p50_ms: h.value_at_quantile(0.5) as f64 / 1e3,
-        p99_ms: h.value_at_quantile(0.99) as f64 / 1e3,
+        latencies,
         shed: shed.load(Ordering::Relaxed),
         timed_out: timed_out.load(Ordering::Relaxed),
         dropped,
@@ -280,56 +308,73 @@ fn main() {
         .expect("client runtime");
     // Capacity and unloaded latency: one request at a time, then 90 % of capacity.
     let layer = || AdaptiveLimitLayer::new(LimiterConfig::default()).expect("valid");
-    let (addr, server) = serve("none", &layer());
+    let (addr, server, served) = serve("none", &layer());
     let unloaded = clients.block_on(one_at_a_time(addr, Duration::from_secs(2)));
+    let unloaded_server = served.lock().map(|h| h.clone()).expect("histogram");
     let capacity = WORKERS as f64 / WORK.as_secs_f64();
     let saturated = clients.block_on(load(addr, capacity * 0.9, 2));
     drop(server);
+    let unloaded_p99 = ms(&unloaded.latencies, 0.99);
     println!(
         "handler: {WORK:?} of CPU on {WORKERS} workers: capacity {capacity:.0}/s; \
-         unloaded (one at a time) p50 {:.2} ms p99 {:.2} ms; at 90 % of capacity goodput \
-         {:.0}/s p99 {:.2} ms",
-        unloaded.p50_ms, unloaded.p99_ms, saturated.goodput, saturated.p99_ms
+         unloaded (one at a time) p50 {:.2} ms p99 {unloaded_p99:.2} ms (at the server p99 \
+         {:.2} ms); at 90 % of capacity goodput {:.0}/s p99 {:.2} ms",
+        ms(&unloaded.latencies, 0.5),
+        ms(&unloaded_server, 0.99),
+        saturated.goodput,
+        ms(&saturated.latencies, 0.99)
     );
     let rate = 3.0 * capacity;
     println!("offered {rate:.0}/s for {seconds} s, clients retry a 503 or a timeout once at once:");
     println!(
-        "server                          goodput/s  %cap  p50 ms   p99 ms  p99/unloaded   503s  timeouts  dropped  goal"
+        "latencies of the attempts answered 200: at the client, and at the server (request in \
+         its outermost layer to response ready)"
+    );
+    println!(
+        "server                          goodput/s  %cap  p50 ms   p99 ms  p99/unloaded  \
+         server p50  server p99   503s  timeouts  dropped  goal"
     );
     for mode in ["none", "tower", "stormguard"] {
         let limit = layer();
-        let (addr, server) = serve(mode, &limit);
+        let (addr, server, served) = serve(mode, &limit);
         let f = clients.block_on(load(addr, rate, seconds));
         drop(server);
+        let at_server = served.lock().map(|h| h.clone()).expect("histogram");
         let name = match mode {
             "none" => "unprotected",
             "tower" => "tower ConcurrencyLimit+LoadShed",
             _ => "stormguard AdaptiveLimit",
         };
         let share = f.goodput / capacity;
-        let ratio = f.p99_ms / unloaded.p99_ms;
+        let p99 = ms(&f.latencies, 0.99);
+        let ratio = p99 / unloaded_p99;
         let goal = if share >= 0.9 && ratio <= 2.0 {
             "met"
         } else {
             "missed"
         };
         println!(
-            "{name:<31} {:>9.0} {:>5.0} {:>7.2} {:>8.2} {:>13.2} {:>6} {:>9} {:>8}  {goal}",
+            "{name:<31} {:>9.0} {:>5.0} {:>7.2} {p99:>8.2} {ratio:>13.2} {:>11.2} {:>11.2} {:>6} \
+             {:>9} {:>8}  {goal}",
             f.goodput,
             100.0 * share,
-            f.p50_ms,
-            f.p99_ms,
-            ratio,
+            ms(&f.latencies, 0.5),
+            ms(&at_server, 0.5),
+            ms(&at_server, 0.99),
             f.shed,
             f.timed_out,
             f.dropped
         );
         if mode == "stormguard" {
             let stats = limit.stats();
+            let limiter = limit.limiter();
+            let show = |d: Option<Duration>| d.map_or("-".to_owned(), |d| format!("{d:.2?}"));
             println!(
-                "  the layer: limit {} at the end, admitted {} ({} after queueing), shed {} \
-                 (deadline {}, queue full {}, queue timeout {})",
-                limit.limiter().limit(),
+                "  the layer: limit {} at the end (round trip {}, no-load {}), admitted {} ({} \
+                 after queueing), shed {} (deadline {}, queue full {}, queue timeout {})",
+                limiter.limit(),
+                show(limiter.expected_rtt()),
+                show(limiter.no_load_rtt()),
                 stats.admitted,
                 stats.queued,
                 stats.shed(),

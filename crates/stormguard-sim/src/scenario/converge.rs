@@ -26,8 +26,9 @@
 //!
 //! # Reading the figures
 //!
-//! With the defaults (4 workers, 10 ms → 20 ms at 10 s, 3x load) Vegas holds a limit of
-//! about 7 before the change and 8 after it — the level at which 4 workers stay busy with at
+//! With the defaults (4 workers, 10 ms → 20 ms at 10 s, 3x load) Vegas (after its slow start
+//! from 1, over within the first second) holds a limit of about 7 on both sides of the
+//! change — the level at which 4 workers stay busy with at
 //! most one request queued per worker — and the round trip is within twice the new service
 //! time from the first bin after the change on; about 99 % of each capacity is served. Its
 //! pinned probe of the no-load RTT (every 5 s, the dips to 3) learns the new service time.

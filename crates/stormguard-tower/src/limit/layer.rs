@@ -128,8 +128,8 @@ impl fmt::Debug for AdaptiveLimitBuilder {
 impl AdaptiveLimitBuilder {
     /// A queue of at most `capacity` requests waiting for a slot (0: no queue, shed at once);
     /// a request waits at most `interval`, or only `target` while the queue has not been empty
-    /// for `interval` (a standing queue, served newest first); neither longer than one
-    /// expected round trip, except that a burst may always wait `target`.
+    /// for `interval` (a standing queue, served newest first); neither longer than the
+    /// limiter's round trips allow (see [the queue](super#the-queue)).
     pub fn with_queue(mut self, capacity: usize, target: Duration, interval: Duration) -> Self {
         self.queue = QueueConfig {
             capacity,

@@ -34,9 +34,12 @@
 //! that has been empty in the last `interval` (100 ms) is absorbing a burst, and a request may
 //! wait up to `interval`; one that has not is a standing queue, and a request may wait only
 //! `target` (5 ms). While the queue stands, the newest waiter is served first (adaptive LIFO):
-//! the oldest are the likeliest to have been given up on by their callers. Neither wait is
-//! longer than one expected round trip (a burst still gets `target`): waiting longer than a
-//! service time would double the latency the limit protects.
+//! the oldest are the likeliest to have been given up on by their callers. An admitted
+//! request waits about one no-load round trip at most, in front of the limit and behind it
+//! together: the queue gets `2 × no-load − expected` of the limiter's round trips
+//! ([`Limiter::no_load_rtt`](stormguard::limit::Limiter::no_load_rtt), known to Vegas), or
+//! one expected round trip without a no-load estimate (a burst then still gets `target`):
+//! waiting longer than a service time would double the latency the limit protects.
 //!
 //! # The answer
 //!
@@ -171,7 +174,9 @@ async fn wait_for_slot(
     arrived: Instant,
     deadline: Option<&IncomingDeadline>,
 ) -> Result<Ticket, ShedReason> {
-    let Some(place) = shared.queue.join(arrived, shared.limiter.expected_rtt()) else {
+    let rtt = |limiter: &Limiter| (limiter.expected_rtt(), limiter.no_load_rtt());
+    let (expected, no_load) = rtt(&shared.limiter);
+    let Some(place) = shared.queue.join(arrived, expected, no_load) else {
         return Err(ShedReason::QueueFull);
     };
     let give_up = tokio::time::Instant::from_std(arrived + place.patience);
@@ -190,7 +195,8 @@ async fn wait_for_slot(
                     return Ok(ticket);
                 }
                 // Another request took the slot first: queue again with the patience left.
-                let Some(again) = shared.queue.join(now(), shared.limiter.expected_rtt()) else {
+                let (expected, no_load) = rtt(&shared.limiter);
+                let Some(again) = shared.queue.join(now(), expected, no_load) else {
                     return Err(ShedReason::QueueFull);
                 };
                 wake = again.wake;

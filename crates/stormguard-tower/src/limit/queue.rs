@@ -7,13 +7,16 @@
 //! queue stands, the newest waiter is served first (adaptive LIFO): the oldest have the least
 //! time left and their callers are the likeliest to have given up.
 //!
-//! Both waits are also capped by what an admitted request currently takes (the limiter's
-//! expected round trip): a request that waits longer than one service time doubles its
-//! latency, which is the latency the limit exists to protect. Bursting, a request waits at most
-//! one round trip (but at least `target`); standing, at most `target` or one round trip,
-//! whichever is shorter. With a 2 ms handler a standing queue then holds requests for about
-//! one round trip instead of CoDel's fixed 5 ms (100 ms while bursting), and the admitted
-//! requests' latency stays within about twice the unloaded one.
+//! Both waits are also capped by what the limiter knows of its round trips. An admitted
+//! request should wait about one no-load round trip at most, queue in front of the limit and
+//! queue behind it together (Vegas's RTT tolerance of 2 says the same of the queue behind
+//! it): with the limiter's expected round trip (the last window's mean) and its no-load round
+//! trip, the queue in front gets what is left, `2 × no_load − expected`, in either mode. A
+//! limit that already keeps one service time of queue behind it leaves none: its server is
+//! busy without waiters, and a waiter would double the latency the limit protects. Without a
+//! no-load estimate (AIMD, Gradient2) the cap is one expected round trip, and a burst may
+//! always wait `target`. With a 2 ms handler a standing queue then holds requests for about
+//! one round trip at most instead of CoDel's fixed 5 ms (100 ms while bursting).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -32,14 +35,23 @@ pub(super) struct QueueConfig {
 
 impl QueueConfig {
     /// How long a request joining the queue may wait: CoDel's `target` while the queue
-    /// stands, its `interval` while it absorbs a burst, each capped by one `expected` round
-    /// trip (a burst still gets at least `target`).
-    fn patience(&self, standing: bool, expected: Option<Duration>) -> Duration {
-        let round_trip = expected.unwrap_or(Duration::MAX);
-        if standing {
-            self.target.min(round_trip)
-        } else {
-            self.interval.min(round_trip.max(self.target))
+    /// stands, its `interval` while it absorbs a burst, capped by the limiter's round trips
+    /// (see [the module docs](self)): `expected` is what an admitted request currently takes,
+    /// `no_load` what it takes without a queue.
+    fn patience(
+        &self,
+        standing: bool,
+        expected: Option<Duration>,
+        no_load: Option<Duration>,
+    ) -> Duration {
+        let codel = if standing { self.target } else { self.interval };
+        match (expected, no_load) {
+            (Some(expected), Some(no_load)) => {
+                codel.min(no_load.saturating_mul(2).saturating_sub(expected))
+            }
+            (Some(round_trip), None) if standing => codel.min(round_trip),
+            (Some(round_trip), None) => codel.min(round_trip.max(self.target)),
+            (None, _) => codel,
         }
     }
 }
@@ -85,8 +97,13 @@ impl WaitQueue {
     }
 
     /// Joins the queue at `now`, or `None` when it is full (or has no room at all).
-    /// `expected` is what an admitted request currently takes (none known yet: no cap).
-    pub(super) fn join(&self, now: Instant, expected: Option<Duration>) -> Option<Place> {
+    /// `expected` and `no_load` are the limiter's round trips (none known yet: no cap).
+    pub(super) fn join(
+        &self,
+        now: Instant,
+        expected: Option<Duration>,
+        no_load: Option<Duration>,
+    ) -> Option<Place> {
         if self.config.capacity == 0 {
             return None;
         }
@@ -104,7 +121,7 @@ impl WaitQueue {
         self.len_hint.store(state.waiters.len(), Ordering::Relaxed);
         Some(Place {
             wake,
-            patience: self.config.patience(standing, expected),
+            patience: self.config.patience(standing, expected, no_load),
         })
     }
 
@@ -158,21 +175,41 @@ mod tests {
 
     #[test]
     fn without_a_known_round_trip_the_waits_are_codels() {
-        assert_eq!(config().patience(false, None), MS(100));
-        assert_eq!(config().patience(true, None), MS(5));
+        assert_eq!(config().patience(false, None, None), MS(100));
+        assert_eq!(config().patience(true, None, None), MS(5));
     }
 
     #[test]
     fn a_short_round_trip_caps_both_waits_but_a_burst_keeps_the_target() {
-        assert_eq!(config().patience(false, Some(MS(2))), MS(5));
-        assert_eq!(config().patience(true, Some(MS(2))), MS(2));
-        assert_eq!(config().patience(false, Some(MS(20))), MS(20));
-        assert_eq!(config().patience(true, Some(MS(20))), MS(5));
+        assert_eq!(config().patience(false, Some(MS(2)), None), MS(5));
+        assert_eq!(config().patience(true, Some(MS(2)), None), MS(2));
+        assert_eq!(config().patience(false, Some(MS(20)), None), MS(20));
+        assert_eq!(config().patience(true, Some(MS(20)), None), MS(5));
     }
 
     #[test]
     fn a_long_round_trip_leaves_codels_waits() {
-        assert_eq!(config().patience(false, Some(MS(500))), MS(100));
-        assert_eq!(config().patience(true, Some(MS(500))), MS(5));
+        assert_eq!(config().patience(false, Some(MS(500)), None), MS(100));
+        assert_eq!(config().patience(true, Some(MS(500)), None), MS(5));
+    }
+
+    /// A 2 ms handler: with no queue behind the limit (the expected round trip is the no-load
+    /// one) a waiter may wait one round trip, burst or not; with half a round trip of queue
+    /// behind it, half; with a whole one (one worker behind a limit of 2), none.
+    #[test]
+    fn the_queue_gets_what_the_queue_behind_the_limit_leaves_of_one_no_load_round_trip() {
+        let no_load = Some(MS(2));
+        for standing in [false, true] {
+            assert_eq!(config().patience(standing, Some(MS(2)), no_load), MS(2));
+            assert_eq!(config().patience(standing, Some(MS(3)), no_load), MS(1));
+            assert_eq!(config().patience(standing, Some(MS(4)), no_load), MS(0));
+            assert_eq!(config().patience(standing, Some(MS(9)), no_load), MS(0));
+        }
+        // A slow handler: CoDel's waits are shorter than the budget.
+        assert_eq!(config().patience(true, Some(MS(50)), Some(MS(50))), MS(5));
+        assert_eq!(
+            config().patience(false, Some(MS(500)), Some(MS(500))),
+            MS(100)
+        );
     }
 }

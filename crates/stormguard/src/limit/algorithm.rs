@@ -91,6 +91,16 @@ impl LimitAlgorithm {
         }
     }
 
+    /// The round-trip time without a queue, as far as the algorithm estimates one: Vegas's
+    /// no-load RTT; `None` for AIMD (it watches drops only) and Gradient2 (its long-term
+    /// average follows a standing queue, so it is no such estimate).
+    pub fn no_load_rtt(&self) -> Option<Duration> {
+        match self {
+            LimitAlgorithm::Vegas(v) => v.rtt_noload(),
+            LimitAlgorithm::Aimd(_) | LimitAlgorithm::Gradient2(_) => None,
+        }
+    }
+
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<(), InvalidConfig> {
         match self {

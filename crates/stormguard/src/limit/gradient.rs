@@ -1,6 +1,7 @@
 //! Gradient2: compare the short-term RTT with a long-term average of it.
 
 use super::algorithm::{WindowSample, check_limits, check_ratio, clamp_limit};
+use super::slow_start::{SlowStart, Step};
 use crate::health::{InvalidConfig, Problem};
 
 /// Netflix concurrency-limits' `Gradient2Limit`, the same idea as Envoy's adaptive concurrency
@@ -27,10 +28,20 @@ use crate::health::{InvalidConfig, Problem};
 /// re-measures every minute by pinning the concurrency to 3; Gradient2's long average needs no
 /// such pause, which is why it is the one implemented here.
 ///
+/// # Slow start
+///
+/// As [`Vegas`](super::Vegas#slow-start): the limit begins at `initial` and doubles every
+/// window until a window's mean RTT is more than a quarter above the shortest window mean seen
+/// so far, then is cut to `limit × that shortest mean / rtt` and the gradient rule takes over.
+/// The long-term average is fed meanwhile, from windows without a queue: the baseline the
+/// gradient then starts from. With Netflix's floor of 20 the slow start begins at 20; give a
+/// small server `with_limits(1, 1, max)`. [`Gradient2::with_slow_start`] turns it off.
+///
 /// # Default
 ///
 /// Netflix's: initial limit 20, minimum 20, maximum 200, smoothing 0.2, RTT tolerance 1.5,
-/// queue size 4; the long window is 60 windows (Netflix: 600 samples).
+/// queue size 4; the long window is 60 windows (Netflix: 600 samples). A slow start (Netflix
+/// has none).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gradient2 {
     min: u32,
@@ -43,6 +54,7 @@ pub struct Gradient2 {
     limit: f64,
     long_rtt: f64,
     windows: u32,
+    slow_start: SlowStart,
 }
 
 impl Default for Gradient2 {
@@ -68,6 +80,7 @@ impl Gradient2 {
             limit: 20.0,
             long_rtt: 0.0,
             windows: 0,
+            slow_start: SlowStart::new(true),
         }
     }
 
@@ -80,9 +93,17 @@ impl Gradient2 {
         self
     }
 
-    /// Moves the limit only this share (in `0..=1`, not 0) of the way to each new value.
+    /// Moves the limit only this share (in `0..=1`, not 0) of the way to each new value
+    /// (slow start's doubling and its cut are not smoothed).
     pub const fn with_smoothing(mut self, smoothing: f64) -> Self {
         self.smoothing = smoothing;
+        self
+    }
+
+    /// Whether the limit grows from `initial` in a [slow start](Gradient2#slow-start) (the
+    /// default) or starts there under the gradient rule.
+    pub const fn with_slow_start(mut self, enabled: bool) -> Self {
+        self.slow_start = SlowStart::new(enabled);
         self
     }
 
@@ -138,6 +159,11 @@ impl Gradient2 {
         self.limit as u32
     }
 
+    /// Whether the limit is still in its [slow start](Gradient2#slow-start).
+    pub fn in_slow_start(&self) -> bool {
+        self.slow_start.active()
+    }
+
     pub(super) fn update(&mut self, w: &WindowSample) -> u32 {
         if w.samples == 0 || w.rtt.is_zero() {
             return self.limit();
@@ -152,6 +178,13 @@ impl Gradient2 {
         }
         if self.long_rtt / short > 2.0 {
             self.long_rtt *= 0.95;
+        }
+        match self.slow_start.update(self.limit, w) {
+            Step::Within(limit) | Step::Leave(limit) => {
+                self.limit = clamp_limit(limit, self.min, self.max);
+                return self.limit();
+            }
+            Step::Over => {}
         }
         if f64::from(w.max_in_flight) * 2.0 < self.limit {
             return self.limit();

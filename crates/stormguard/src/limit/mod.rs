@@ -24,6 +24,12 @@
 //! | [`Vegas`] | RTT over the no-load RTT (estimated queue) | TCP Vegas (Brakmo & Peterson 1995); Netflix `VegasLimit` |
 //! | [`Gradient2`] | short-term RTT over its long-term average | Netflix `Gradient2Limit`; Envoy's adaptive concurrency filter (gradient controller) |
 //!
+//! Vegas and Gradient2 begin with a *slow start*, as TCP does: the limit starts low (Vegas: 1)
+//! and doubles every window until the round trip grows by a quarter (HyStart's delay exit),
+//! then is cut to the concurrency that was served without a queue and their own rule takes
+//! over ([`Vegas`'s docs](Vegas#slow-start)). A large server is reached in a second, and a
+//! small one is never handed Netflix's initial 20 requests before the first window.
+//!
 //! # The limiter
 //!
 //! A [`Limiter`] holds the current limit and the requests in flight in atomics:
@@ -35,8 +41,8 @@
 //! is, so the pair does one clock subtraction (the RTT) and one comparison with the window's
 //! end, held as an instant in a sequence-locked cell that only the window's closer writes: an
 //! `Instant` subtraction is a call into std of about 70 instructions, the largest step of a
-//! pair once there were two. Once
-//! per window ([`LimiterConfig::with_window`], 100 ms and 10 samples by default, after Envoy's
+//! pair once there were two. Once per window ([`LimiterConfig::with_window`], 100 ms and 10
+//! samples by default, fewer at a lower limit; after Envoy's
 //! `concurrency_update_interval` and Netflix's `WindowedLimit`), the release that closes it
 //! feeds the window's [`WindowSample`] to the algorithm and publishes the new limit. Requests
 //! may be split into partitions with guaranteed shares ([`LimiterConfig::with_partitions`], as
@@ -71,6 +77,7 @@
 mod aimd;
 mod algorithm;
 mod gradient;
+mod slow_start;
 #[cfg(test)]
 mod tests;
 mod vegas;
@@ -100,8 +107,8 @@ pub const MAX_PARTITIONS: usize = 16;
 ///
 /// # Default
 ///
-/// [`Vegas`] with Netflix's defaults, windows of at least 100 ms and 10 samples, no
-/// partitions.
+/// [`Vegas`] with its defaults (a slow start from a limit of 1), windows of at least 100 ms
+/// and 10 samples, no partitions.
 ///
 /// ```
 /// use std::time::Duration;
@@ -139,7 +146,8 @@ impl LimiterConfig {
         }
     }
 
-    /// The algorithm runs once per window of at least `length` and `min_samples` samples.
+    /// The algorithm runs once per window of at least `length` and `min_samples` samples (or
+    /// as many samples as the limit, when the limit is lower: one round of it).
     pub fn with_window(mut self, length: Duration, min_samples: u32) -> Self {
         self.window = length;
         self.min_samples = min_samples;
@@ -244,6 +252,8 @@ pub struct Limiter {
     window_end: AtomicCell<Instant>,
     /// The last closed window's mean RTT, in nanoseconds; 0 before the first.
     expected_ns: AtomicU64,
+    /// The algorithm's no-load RTT after the last closed window, in nanoseconds; 0: none.
+    no_load_ns: AtomicU64,
     /// The algorithm and what the last closed window saw: the closer's, one at a time.
     update: Mutex<Update>,
     partitions: Box<[Partition]>,
@@ -266,6 +276,7 @@ impl Limiter {
             drops: AtomicU32::new(0),
             window_end: AtomicCell::new(later(start, config.window)),
             expected_ns: AtomicU64::new(0),
+            no_load_ns: AtomicU64::new(0),
             update: Mutex::new(Update {
                 algorithm: config.algorithm,
                 seen: Seen::default(),
@@ -304,6 +315,16 @@ impl Limiter {
     /// `None` before the first window closed.
     pub fn expected_rtt(&self) -> Option<Duration> {
         match self.expected_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// The round trip without a queue, as the algorithm estimates it after the last closed
+    /// window ([`LimitAlgorithm::no_load_rtt`]): with [`Limiter::expected_rtt`], how much of
+    /// an admitted request's time is queueing behind the limit.
+    pub fn no_load_rtt(&self) -> Option<Duration> {
+        match self.no_load_ns.load(Ordering::Relaxed) {
             0 => None,
             ns => Some(Duration::from_nanos(ns)),
         }
@@ -408,7 +429,12 @@ impl Limiter {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return,
         };
-        let Some((samples, sum_ns)) = self.samples.take(&mut update.seen, self.min_samples) else {
+        // At a limit below the window's minimum of samples, one round of the limit is enough:
+        // a limit of 1 in front of a 1 s handler would otherwise wait 10 s for a window.
+        let at_least = self
+            .min_samples
+            .min(u64::from(self.limit.load(Ordering::Relaxed)));
+        let Some((samples, sum_ns)) = self.samples.take(&mut update.seen, at_least) else {
             // Too few samples yet: the window stays open and the next release looks again.
             self.window_end.store(end);
             return;
@@ -429,6 +455,10 @@ impl Limiter {
         let limit = update.algorithm.update(&sample);
         self.limit.store(limit, Ordering::Relaxed);
         self.expected_ns.store(mean_ns, Ordering::Relaxed);
+        let no_load = update.algorithm.no_load_rtt().map_or(0, |d| {
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+        });
+        self.no_load_ns.store(no_load, Ordering::Relaxed);
     }
 }
 

@@ -1,4 +1,4 @@
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::*;
 use crate::clock::ManualClock;
@@ -190,9 +190,15 @@ fn vegas_lowers_a_limit_whose_round_trips_exceed_the_tolerance() {
         dropped: 0,
         max_in_flight: 4,
     };
-    let mut plain = LimitAlgorithm::from(Vegas::new().with_limits(1, 4, 100).with_tolerance(100.0));
+    let mut plain = LimitAlgorithm::from(
+        Vegas::new()
+            .with_limits(1, 4, 100)
+            .with_tolerance(100.0)
+            .with_slow_start(false),
+    );
     assert_eq!(plain.update(&window(5)), 4);
-    let mut vegas = LimitAlgorithm::from(Vegas::new().with_limits(1, 4, 100));
+    let mut vegas =
+        LimitAlgorithm::from(Vegas::new().with_limits(1, 4, 100).with_slow_start(false));
     assert_eq!(vegas.update(&window(5)), 3);
     assert_eq!(
         vegas.update(&WindowSample {
@@ -208,7 +214,8 @@ fn vegas_lowers_a_limit_whose_round_trips_exceed_the_tolerance() {
 /// window at most, instead of taking it to its minimum at once.
 #[test]
 fn vegas_halves_at_most_per_window_after_a_fast_outlier() {
-    let mut vegas = LimitAlgorithm::from(Vegas::new().with_limits(1, 20, 100));
+    let mut vegas =
+        LimitAlgorithm::from(Vegas::new().with_limits(1, 20, 100).with_slow_start(false));
     let outlier = WindowSample {
         rtt: Duration::from_millis(5),
         min_rtt: Duration::from_micros(5),
@@ -224,4 +231,203 @@ fn vegas_halves_at_most_per_window_after_a_fast_outlier() {
         }),
         5
     );
+}
+
+/// A server of `workers` workers taking requests in arrival order, each `service` of work,
+/// behind `limiter` and offered more than it can take: every slot the limiter gives is taken
+/// at once. Runs for `length` of `manual`'s time; returns the limit after every release that
+/// changed it, with the time since the start and the requests in flight just before.
+fn saturate(
+    manual: &ManualClock,
+    limiter: &Limiter,
+    workers: usize,
+    service: Duration,
+    length: Duration,
+) -> Vec<(Duration, u32, u32)> {
+    let clock = manual.clock();
+    let start = clock.now();
+    let mut free = vec![start; workers];
+    let mut running: Vec<(Instant, Ticket)> = Vec::new();
+    let mut trace = vec![(Duration::ZERO, limiter.limit(), 0)];
+    loop {
+        let now = clock.now();
+        while let Ok(ticket) = limiter.try_acquire(0, now) {
+            let (w, at) = free
+                .iter()
+                .copied()
+                .enumerate()
+                .min_by_key(|&(_, at)| at)
+                .expect("workers");
+            let done = at.max(now) + service;
+            free[w] = done;
+            running.push((done, ticket));
+        }
+        let (next, _) = running
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, (done, _))| *done)
+            .expect("in flight");
+        let (done, ticket) = running.swap_remove(next);
+        if done > start + length {
+            return trace;
+        }
+        manual.advance(done - now);
+        let in_flight = limiter.in_flight();
+        let before = limiter.limit();
+        limiter.release(ticket, done, Outcome::Success);
+        if limiter.limit() != before {
+            trace.push((done - start, limiter.limit(), in_flight));
+        }
+    }
+}
+
+/// The limit of `trace` at `at`.
+fn limit_at(trace: &[(Duration, u32, u32)], at: Duration) -> u32 {
+    trace
+        .iter()
+        .take_while(|(t, _, _)| *t <= at)
+        .last()
+        .map_or(0, |&(_, limit, _)| limit)
+}
+
+/// Slow start at the algorithm's level: windows without a queue double the limit; the first
+/// with its mean RTT a quarter above the shortest mean leaves, cutting the limit to the
+/// concurrency that was served without a queue (here 16 × 10 / 20 = 8); Vegas's own rules run
+/// from the next window on.
+#[test]
+fn slow_start_doubles_until_the_round_trip_grows_then_cuts_to_what_had_no_queue() {
+    let window = |limit: u32, rtt_ms: u64| WindowSample {
+        rtt: Duration::from_millis(rtt_ms),
+        min_rtt: Duration::from_millis(10),
+        samples: 50,
+        dropped: 0,
+        max_in_flight: limit,
+    };
+    let mut vegas = Vegas::new();
+    assert!(vegas.in_slow_start());
+    assert_eq!(vegas.limit(), 1);
+    let mut algorithm = LimitAlgorithm::from(vegas.clone());
+    for (limit, next) in [(1, 2), (2, 4), (4, 8), (8, 16)] {
+        assert_eq!(algorithm.update(&window(limit, 10)), next);
+    }
+    // A window that did not use half of the limit leaves it as it is.
+    assert_eq!(algorithm.update(&window(7, 10)), 16);
+    // 12 ms is within a quarter of 10 ms: no queue to speak of, but the limit doubles what
+    // was served without one, 16 × 10 / 12.
+    assert_eq!(algorithm.update(&window(16, 12)), 26);
+    // Twice the RTT: out, cut to the 13⅓ that had no queue.
+    assert_eq!(algorithm.update(&window(26, 20)), 13);
+    let LimitAlgorithm::Vegas(v) = &algorithm else {
+        unreachable!("a Vegas limit")
+    };
+    assert!(!v.in_slow_start());
+    assert_eq!(v.rtt_noload(), Some(Duration::from_millis(10)));
+    // Vegas's rules now: 21 ms against 10 ms is over the tolerance of 2: 13⅓ × 2 / 2.1.
+    assert_eq!(algorithm.update(&window(13, 21)), 12);
+    // A drop ends slow start too, under the algorithm's own rule for it.
+    vegas = Vegas::new().with_limits(1, 8, 100);
+    assert_eq!(
+        vegas.update(&WindowSample {
+            dropped: 1,
+            ..window(8, 10)
+        }),
+        7
+    );
+    assert!(!vegas.in_slow_start());
+    // Without slow start, Vegas's rules from the first window.
+    let mut plain = Vegas::new().with_limits(1, 8, 100).with_slow_start(false);
+    assert_eq!(plain.update(&window(8, 10)), 13);
+}
+
+/// A saturated server of 50 workers and 10 ms of work behind the default Vegas limit, which
+/// starts at 1: slow start doubles it per 100 ms window, overshoots once to about twice the
+/// workers (the window that shows the queue), leaves within a second with the limit cut to
+/// about the 50 workers, and the limit then stays between them and Vegas's queue of at most
+/// `6·log10(limit)` (plus one step): it never runs away, and never falls back below the
+/// workers.
+#[test]
+fn vegas_slow_start_converges_from_one_to_capacity_without_overshooting() {
+    let (manual, limiter) = limiter(LimiterConfig::default());
+    assert_eq!(limiter.limit(), 1);
+    let ms = Duration::from_millis;
+    let trace = saturate(&manual, &limiter, 50, ms(10), Duration::from_secs(5));
+    let LimitAlgorithm::Vegas(vegas) = limiter.algorithm() else {
+        unreachable!("the default is Vegas")
+    };
+    assert!(!vegas.in_slow_start());
+    assert_eq!(vegas.rtt_noload(), Some(ms(10)));
+    // Doubling: 1, 2, 4, ... one window each, until the first window with a queue.
+    let doubled: Vec<u32> = trace.iter().map(|&(_, l, _)| l).take(7).collect();
+    assert_eq!(doubled, [1, 2, 4, 8, 16, 32, 64], "{trace:?}");
+    // Never past twice the workers (plus the tenth of a window whose round trips started
+    // before the last doubling), and that for one window: 103, then cut to about 50.
+    let peak = trace.iter().map(|&(_, l, _)| l).max().expect("a trace");
+    assert!(peak <= 110, "{trace:?}");
+    assert_eq!(
+        trace.iter().filter(|&&(_, l, _)| l > 64).count(),
+        1,
+        "{trace:?}"
+    );
+    assert!(limit_at(&trace, ms(1000)) >= 50, "{trace:?}");
+    let settled = trace.iter().filter(|(t, _, _)| *t >= ms(1000));
+    for &(t, limit, _) in settled {
+        assert!((50..=64).contains(&limit), "{limit} at {t:?}: {trace:?}");
+    }
+}
+
+/// One worker and 2 ms of work (the `limit_load` example's server): slow start finds the
+/// queue at a limit of 2 and cuts back to 1 — never more than one request waiting.
+#[test]
+fn vegas_slow_start_in_front_of_one_worker_stops_at_two() {
+    let (manual, limiter) = limiter(LimiterConfig::default());
+    let ms = Duration::from_millis;
+    let trace = saturate(&manual, &limiter, 1, ms(2), Duration::from_secs(3));
+    assert_eq!(
+        trace[..3].iter().map(|&(_, l, _)| l).collect::<Vec<_>>(),
+        [1, 2, 1],
+        "{trace:?}"
+    );
+    assert!(trace.iter().all(|&(_, l, _)| l <= 3), "{trace:?}");
+}
+
+/// Gradient2 from a limit of 1 in front of 50 workers: the same slow start, out within a
+/// second at about the workers; the gradient rule then runs from there (and drifts up by its
+/// queue size times its smoothing per window, as Gradient2 does under a standing queue).
+#[test]
+fn gradient2_slow_start_converges_from_one_to_capacity() {
+    let config = LimiterConfig::new(Gradient2::new().with_limits(1, 1, 1000));
+    let (manual, limiter) = limiter(config);
+    let ms = Duration::from_millis;
+    let trace = saturate(&manual, &limiter, 50, ms(10), Duration::from_secs(2));
+    let LimitAlgorithm::Gradient2(g) = limiter.algorithm() else {
+        unreachable!("a Gradient2 limit")
+    };
+    assert!(!g.in_slow_start());
+    let doubled: Vec<u32> = trace.iter().map(|&(_, l, _)| l).take(7).collect();
+    assert_eq!(doubled, [1, 2, 4, 8, 16, 32, 64], "{trace:?}");
+    let peak = trace.iter().map(|&(_, l, _)| l).max().expect("a trace");
+    assert!(peak <= 110, "{trace:?}");
+    assert_eq!(
+        trace.iter().filter(|&&(_, l, _)| l > 64).count(),
+        1,
+        "{trace:?}"
+    );
+    let at_one_second = limit_at(&trace, ms(1000));
+    assert!((50..=64).contains(&at_one_second), "{trace:?}");
+}
+
+/// A limit of 1 in front of a 1 s handler: a window closes after one sample rather than the
+/// default ten, so slow start doubles once per round trip instead of once per ten.
+#[test]
+fn a_window_below_its_minimum_of_samples_closes_after_one_round_of_the_limit() {
+    let (manual, limiter) = limiter(LimiterConfig::default());
+    let trace = saturate(
+        &manual,
+        &limiter,
+        8,
+        Duration::from_secs(1),
+        Duration::from_secs(4),
+    );
+    let limits: Vec<u32> = trace.iter().map(|&(_, l, _)| l).collect();
+    assert_eq!(limits[..4], [1, 2, 4, 8], "{trace:?}");
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::algorithm::{WindowSample, check_limits, check_ratio, clamp_limit};
+use super::slow_start::{SlowStart, Step};
 use crate::health::{InvalidConfig, Problem};
 
 /// The largest RTT tolerance: beyond it the bound means nothing (a request may wait a
@@ -30,6 +31,20 @@ const MAX_TOLERANCE: f64 = 100.0;
 /// A window in which fewer than half of the limit were in flight leaves the limit as it is
 /// (the traffic did not test it).
 ///
+/// # Slow start
+///
+/// Before those rules, the limit begins at `initial` (1 by default) and doubles every window
+/// until a window's mean RTT is more than a quarter above the shortest window mean seen so far
+/// (or a request drops); it is then cut to `limit × that shortest mean / rtt`, the concurrency
+/// the server got through without a queue, and the rules above take over. Each doubling is of
+/// that same concurrency (the limit itself while the RTT holds), so the limit gets no further
+/// than about twice the server's capacity, for one window (TCP's slow start
+/// with HyStart's delay exit; see [`Gradient2`](super::Gradient2) for the same phase). A
+/// server of any size is reached in `log2` of its concurrency windows (a second for a
+/// thousand with 100 ms windows), and the no-load RTT is learnt at a limit too low to queue
+/// behind. No probe of the no-load RTT runs meanwhile. [`Vegas::with_slow_start`] turns it
+/// off: the limit then starts at `initial` under the rules above.
+///
 /// # Why a tolerance
 ///
 /// Vegas's thresholds count queued *requests*, scaled by `log10(limit)` so that a large
@@ -53,6 +68,7 @@ const MAX_TOLERANCE: f64 = 100.0;
 /// under a standing queue *includes* the queue: the estimate then sees no queue and the limit
 /// ratchets up with every probe. Here, as in Envoy's adaptive concurrency filter
 /// (`min_rtt_calc_interval`, `min_concurrency`), the probe pins the limit to `probe_limit`
+/// (or half the limit, when that is lower: a small server behind a limit of 3 keeps a queue)
 /// for two windows, one to drain the queue and one to measure, then takes that window's
 /// shortest RTT and restores the limit.
 ///
@@ -61,9 +77,9 @@ const MAX_TOLERANCE: f64 = 100.0;
 ///
 /// # Default
 ///
-/// Netflix's initial limit 20, maximum 1000, minimum 1, smoothing 1 (no smoothing); a probe
-/// every 50 windows (5 s with the default window; Envoy: 60 s) pinned to 3 (Envoy's
-/// `min_concurrency`); an RTT tolerance of 2 (Netflix's Gradient2 uses 1.5 for its long-term
+/// A slow start from a limit of 1 (Netflix's initial limit is 20, without one), maximum 1000,
+/// minimum 1, smoothing 1 (no smoothing); a probe every 50 windows (5 s with the default
+/// window; Envoy: 60 s) pinned to 3 (Envoy's `min_concurrency`); an RTT tolerance of 2 (Netflix's Gradient2 uses 1.5 for its long-term
 /// ratio; 2 lets a saturated single worker keep one request waiting, so it never idles).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Vegas {
@@ -79,6 +95,7 @@ pub struct Vegas {
     since_probe: u32,
     /// While probing: the limit to restore, and whether the draining window is over.
     probing: Option<(f64, bool)>,
+    slow_start: SlowStart,
 }
 
 impl Default for Vegas {
@@ -92,16 +109,17 @@ impl Vegas {
     pub const fn new() -> Self {
         Vegas {
             min: 1,
-            initial: 20,
+            initial: 1,
             max: 1000,
             smoothing: 1.0,
             tolerance: 2.0,
             probe_every: 50,
             probe_limit: 3,
-            limit: 20.0,
+            limit: 1.0,
             rtt_noload: None,
             since_probe: 0,
             probing: None,
+            slow_start: SlowStart::new(true),
         }
     }
 
@@ -114,9 +132,17 @@ impl Vegas {
         self
     }
 
-    /// Moves the limit only this share (in `0..=1`, not 0) of the way to each new value.
+    /// Moves the limit only this share (in `0..=1`, not 0) of the way to each new value
+    /// (slow start's doubling and its cut are not smoothed).
     pub const fn with_smoothing(mut self, smoothing: f64) -> Self {
         self.smoothing = smoothing;
+        self
+    }
+
+    /// Whether the limit grows from `initial` in a [slow start](Vegas#slow-start) (the
+    /// default) or starts there under Vegas's own rules.
+    pub const fn with_slow_start(mut self, enabled: bool) -> Self {
+        self.slow_start = SlowStart::new(enabled);
         self
     }
 
@@ -181,6 +207,11 @@ impl Vegas {
         self.rtt_noload
     }
 
+    /// Whether the limit is still in its [slow start](Vegas#slow-start).
+    pub fn in_slow_start(&self) -> bool {
+        self.slow_start.active()
+    }
+
     pub(super) fn update(&mut self, w: &WindowSample) -> u32 {
         if w.samples == 0 || w.rtt.is_zero() {
             return self.limit();
@@ -199,11 +230,22 @@ impl Vegas {
             }
             None => {}
         }
+        match self.slow_start.update(self.limit, w) {
+            Step::Within(limit) | Step::Leave(limit) => {
+                self.rtt_noload = Some(self.rtt_noload.map_or(window_min, |n| n.min(window_min)));
+                self.limit = clamp_limit(limit, self.min, self.max);
+                return self.limit();
+            }
+            Step::Over => {}
+        }
         self.since_probe += 1;
         if self.since_probe >= self.probe_every && self.rtt_noload.is_some() {
             self.since_probe = 0;
             self.probing = Some((self.limit, false));
-            self.limit = self.limit.min(f64::from(self.probe_limit));
+            // Half the limit when that is lower: one worker behind a limit of 2 or 3 keeps a
+            // queue at a probe limit of 3, and the probe would learn the queue.
+            let pinned = f64::from(self.probe_limit).min((self.limit / 2.0).max(1.0));
+            self.limit = self.limit.min(pinned);
             return self.limit();
         }
         let noload = self.rtt_noload.map_or(window_min, |n| n.min(window_min));

@@ -197,13 +197,14 @@ impl LimitKind {
     }
 
     /// The algorithm with the core's defaults, except that every kind may go down to a
-    /// limit of 1 (the simulated server has one worker) and up to 1000.
+    /// limit of 1 (the simulated server has one worker) and up to 1000. Vegas and Gradient2
+    /// begin with their slow start from 1 (Vegas's default), AIMD at 20.
     pub fn algorithm(self) -> stormguard::limit::LimitAlgorithm {
         use stormguard::limit::{Aimd, Gradient2, Vegas};
         match self {
             LimitKind::Aimd => Aimd::new().with_limits(1, 20, 1000).into(),
-            LimitKind::Vegas => Vegas::new().with_limits(1, 20, 1000).into(),
-            LimitKind::Gradient2 => Gradient2::new().with_limits(1, 20, 1000).into(),
+            LimitKind::Vegas => Vegas::new().with_limits(1, 1, 1000).into(),
+            LimitKind::Gradient2 => Gradient2::new().with_limits(1, 1, 1000).into(),
         }
     }
 }
