@@ -409,7 +409,10 @@ async fn publishes_rollbacks_acks_and_nacks_are_audited() {
 /// 200 instances acknowledge at once (one group commit or a few): every ACK answers 204 and
 /// the status lists every instance on the version.
 async fn concurrent_acks_all_land(center: &TestCenter) {
-    center.api(&center.editor).publish("fleet", 0, &attempts(2)).await;
+    center
+        .api(&center.editor)
+        .publish("fleet", 0, &attempts(2))
+        .await;
     let instance = center.api(&center.instance_token("fleet").await);
     let acks = (0..200).map(|i| {
         let instance = &instance;
@@ -455,7 +458,10 @@ async fn concurrent_acks_all_land_on_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nack_reason_with_a_nul_character_is_refused() {
     let center = TestCenter::sqlite().await;
-    center.api(&center.editor).publish("pay", 0, &attempts(2)).await;
+    center
+        .api(&center.editor)
+        .publish("pay", 0, &attempts(2))
+        .await;
     let instance = center.api(&center.instance_token("pay").await);
     let (status, body) = instance
         .post(

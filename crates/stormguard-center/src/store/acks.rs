@@ -79,26 +79,26 @@ impl Store {
         audit: &NewAudit<'_>,
     ) -> Result<(), StoreError> {
         let (done, outcome) = oneshot::channel();
-        let mut pending = PendingAck {
+        let pending = PendingAck {
             record: AckRecord::new(applied, audit),
             done,
         };
         {
             let mut writer = lock(&self.ack_writer);
-            if let Some(sender) = writer.as_ref() {
-                match sender.send(pending) {
-                    Ok(()) => {
-                        drop(writer);
-                        return outcome.await.unwrap_or(Err(StoreError::Abandoned));
-                    }
+            let unsent = match writer.as_ref() {
+                Some(sender) => match sender.send(pending) {
+                    Ok(()) => None,
                     // The writer's runtime has gone: start another on this one.
-                    Err(mpsc::error::SendError(back)) => pending = back,
-                }
+                    Err(mpsc::error::SendError(back)) => Some(back),
+                },
+                None => Some(pending),
+            };
+            if let Some(pending) = unsent {
+                let sender = self.start_ack_writer();
+                // A channel just made, its receiver held by the task: the send cannot fail.
+                let _ = sender.send(pending);
+                *writer = Some(sender);
             }
-            let sender = self.start_ack_writer();
-            // A channel just made, its receiver held by the task: the send cannot fail.
-            let _ = sender.send(pending);
-            *writer = Some(sender);
         }
         outcome.await.unwrap_or(Err(StoreError::Abandoned))
     }

@@ -76,7 +76,9 @@ pub enum StoreError {
     Url(String),
     /// The acknowledgement's group commit ended without an answer (the runtime shut down):
     /// whether it was written is unknown.
-    #[error("the acknowledgement's group commit ended without an answer; it may not have been written")]
+    #[error(
+        "the acknowledgement's group commit ended without an answer; it may not have been written"
+    )]
     Abandoned,
     /// The service's latest version is not the one the publish was based on.
     #[error("the latest version is {latest}, not {base}: publish again on {latest}")]

@@ -23,7 +23,11 @@ async fn ack(store: Store, instance: String) -> Result<(), StoreError> {
 
 async fn written(store: &Store) -> (Vec<String>, usize) {
     let instances = store.instances("svc").await.expect("instances");
-    assert!(instances.iter().all(|r| r.version == Some(7) && r.applied == Some(1)));
+    assert!(
+        instances
+            .iter()
+            .all(|r| r.version == Some(7) && r.applied == Some(1))
+    );
     let audit = store.audit_log(Some("svc"), 10_000).await.expect("audit");
     let acks = audit.iter().filter(|row| row.action == "ack").count();
     (instances.into_iter().map(|r| r.instance).collect(), acks)
@@ -32,7 +36,13 @@ async fn written(store: &Store) -> (Vec<String>, usize) {
 /// Spawns an ACK per name while the test holds the write turn, lets each hand its record
 /// over (a current-thread runtime runs every spawned task at the yields), and returns the
 /// callers, the turn still held: they all land in the writer's next group.
-async fn held_group(store: &Store, names: &[&str]) -> (Vec<tokio::task::JoinHandle<Result<(), StoreError>>>, tokio::sync::OwnedMutexGuard<()>) {
+async fn held_group(
+    store: &Store,
+    names: &[&str],
+) -> (
+    Vec<tokio::task::JoinHandle<Result<(), StoreError>>>,
+    tokio::sync::OwnedMutexGuard<()>,
+) {
     let turn = std::sync::Arc::clone(&store.writes).lock_owned().await;
     let calls = names
         .iter()

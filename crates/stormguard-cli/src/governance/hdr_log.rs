@@ -110,10 +110,8 @@ impl Latencies for Hdr {
         // u64::MAX, and then saturating is the honest answer.
         if self.histogram.add(&other.histogram).is_err() {
             for value in other.histogram.iter_recorded() {
-                let _ = self.histogram.saturating_record_n(
-                    value.value_iterated_to(),
-                    value.count_at_value(),
-                );
+                self.histogram
+                    .saturating_record_n(value.value_iterated_to(), value.count_at_value());
             }
         }
     }
@@ -338,7 +336,8 @@ mod tests {
                 )
                 .expect("interval");
             drop(writer);
-            let timed = parse_timed(&out, Duration::from_millis(1), Duration::from_secs(1)).expect("a log");
+            let timed =
+                parse_timed(&out, Duration::from_millis(1), Duration::from_secs(1)).expect("a log");
             timed.map(|t| t["a"][0].start)
         };
         let t = 1_772_323_200;
