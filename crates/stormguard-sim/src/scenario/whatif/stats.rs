@@ -78,7 +78,7 @@ impl ServiceStats {
             .map_or(0, |b| b.iter().map(field).sum())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn record_latency(&mut self, took: Nanos) {
         self.latencies.record(took.clamp(1, MAX_LATENCY));
     }

@@ -63,7 +63,7 @@ impl World<'_> {
             self.full("too many calls in flight");
             return None;
         };
-        Some(Step::Send { call })
+        self.send(now, call)
     }
 
     /// Sends the next attempt of `call`.
@@ -79,7 +79,7 @@ impl World<'_> {
                 // A refused retry's withdrawal is given back when the run is dropped.
                 Err(_) => {
                     let (request, edge) = (c.request, c.edge);
-                    return self.end_call(now, call, request, edge, StopReason::BreakerOpen);
+                    return self.fail_call(now, call, request, edge);
                 }
             }
         }
@@ -140,7 +140,7 @@ impl World<'_> {
                 let at = now.saturating_add(crate::time::nanos(delay));
                 let token = c.token;
                 if at == now {
-                    return Some(Step::Send { call });
+                    return self.send(now, call);
                 }
                 self.queue.push(at, pack(RETRY, call, token));
                 None
@@ -162,13 +162,22 @@ impl World<'_> {
         edge: u32,
         reason: StopReason,
     ) -> Next {
-        let model = self.model;
-        // Dropped where it lies: the run tells its budget that the call ended (nothing
-        // below reads the budget, so this may come before the request goes on).
-        self.calls.free(call);
         if reason == StopReason::Succeeded {
-            return Some(Step::Continue { request });
+            // Dropped where it lies: the run tells its budget that the call ended (nothing
+            // below reads the budget, so this may come before the request goes on).
+            self.calls.free(call);
+            return self.next_call(now, request);
         }
+        self.fail_call(now, call, request, edge)
+    }
+
+    /// `call` (of `request`, on `edge`) failed: its request fails. (Apart from
+    /// [`end_call`](World::end_call), so that [`send`](World::send), which calls it when the
+    /// breaker is open, is not part of a cycle of calls and all of them inline.)
+    #[inline(always)]
+    pub(super) fn fail_call(&mut self, now: Nanos, call: u32, request: u32, edge: u32) -> Next {
+        let model = self.model;
+        self.calls.free(call);
         let signals = model
             .edges
             .get(edge as usize)

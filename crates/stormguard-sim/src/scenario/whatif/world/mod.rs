@@ -22,6 +22,11 @@
 //! - a step handler returns the step that comes *next* instead of pushing it (the stack
 //!   would pop it at once anyway), so only steps that wait for others (a freed worker
 //!   behind a reply) touch the stack, and the order is exactly the stack's;
+//! - what always follows at once is called, not returned as a step: a request going on
+//!   makes its next call, a call sends its attempt, a call that succeeded lets its request
+//!   go on (the calls form no cycle — a failed call is [`World::fail_call`], apart from
+//!   the successful end — so all of them are inlined into one loop); only a reply going up
+//!   to the caller is a step, which bounds the native stack whatever the graph's depth;
 //! - the faults in force at a service are kept until their next change point
 //!   ([`faults`]), and each call of the graph carries its per-try timeout in nanoseconds;
 //! - latencies are counted in buckets of our own and handed to the HDR histogram only for
@@ -36,7 +41,6 @@
 
 use std::collections::VecDeque;
 
-use rand::Rng;
 use rand::rngs::SmallRng;
 use stormguard::breaker::OwnedPermit;
 use stormguard::budget::RetryBudget;
@@ -119,10 +123,6 @@ enum Step {
         token: u32,
         answer: Answer,
     },
-    /// A request goes on with its next call, or finishes.
-    Continue { request: u32 },
-    /// A call sends its next attempt.
-    Send { call: u32 },
     /// A worker of a service became free.
     Release { service: u32 },
 }
@@ -264,7 +264,7 @@ impl<'p> World<'p> {
     ) -> Result<(), InvalidParam> {
         let first = match kind {
             DONE => self.done(now, slot, operand),
-            RETRY => self.retry(slot, operand),
+            RETRY => self.retry(now, slot, operand),
             TIMEOUT => self.timeout(now, slot, operand),
             _ => None,
         };
@@ -290,20 +290,21 @@ impl<'p> World<'p> {
                 s.stats.abandoned += 1;
             }
             Some(Step::Release { service })
-        } else if failure_rate > 0.0 && self.rng.random::<f64>() < failure_rate {
+        } else if failure_rate > 0.0 && crate::rng::unit(&mut self.rng) < failure_rate {
             self.finish(now, slot, Answer::Unavailable)
         } else {
-            Some(Step::Continue { request: slot })
+            self.next_call(now, slot)
         }
     }
 
     /// A call's backoff ended: send its next attempt.
     #[inline(always)]
-    fn retry(&mut self, call: u32, token: u32) -> Next {
-        self.calls
-            .get(call)
-            .is_some_and(|c| c.token == token)
-            .then_some(Step::Send { call })
+    fn retry(&mut self, now: Nanos, call: u32, token: u32) -> Next {
+        if self.calls.get(call).is_some_and(|c| c.token == token) {
+            self.send(now, call)
+        } else {
+            None
+        }
     }
 
     /// A call's attempt reached its deadline without an answer.
@@ -374,8 +375,6 @@ impl<'p> World<'p> {
                     token,
                     answer,
                 } => self.reply(now, call, token, answer),
-                Step::Continue { request } => self.next_call(now, request),
-                Step::Send { call } => self.send(now, call),
                 Step::Release { service } => self.release(now, service as usize),
             };
         }
@@ -402,7 +401,7 @@ impl<'p> World<'p> {
         let active = state.faults.at(now);
         let mut refused = if active.outage {
             Some(Answer::Refused)
-        } else if active.p503 > 0.0 && self.rng.random::<f64>() < active.p503 {
+        } else if active.p503 > 0.0 && crate::rng::unit(&mut self.rng) < active.p503 {
             Some(Answer::Unavailable)
         } else {
             None
