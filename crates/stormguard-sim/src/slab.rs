@@ -69,30 +69,42 @@ impl<T> Slab<T> {
     /// copied (the simulator's per-call state is over a hundred bytes).
     #[inline(always)]
     pub fn insert(&mut self, value: T) -> Option<u32> {
+        self.insert_mut(value).map(|(id, _)| id)
+    }
+
+    /// Stores `value` and hands back its slot number and the stored value, to go on
+    /// filling it in where it lies; `None` when all [`MAX_SLOT`] + 1 slots are taken.
+    #[inline(always)]
+    pub fn insert_mut(&mut self, value: T) -> Option<(u32, &mut T)> {
         let id = self.free;
-        match self.slots.get_mut(id as usize) {
-            Some(slot) => {
-                let Entry::Free { next } = *slot else {
-                    return None;
-                };
-                self.free = next;
-                *slot = Entry::Taken(value);
-            }
-            None => return self.push(value),
+        if (id as usize) >= self.slots.len() {
+            return self.push(value);
         }
+        let slot = self.slots.get_mut(id as usize)?;
+        let Entry::Free { next } = *slot else {
+            return None;
+        };
+        self.free = next;
         self.len += 1;
-        Some(id)
+        *slot = Entry::Taken(value);
+        match slot {
+            Entry::Taken(value) => Some((id, value)),
+            Entry::Free { .. } => None,
+        }
     }
 
     /// Stores `value` in a new slot at the end (no slot is free).
     #[inline(never)]
-    fn push(&mut self, value: T) -> Option<u32> {
+    fn push(&mut self, value: T) -> Option<(u32, &mut T)> {
         let id = u32::try_from(self.slots.len())
             .ok()
             .filter(|&id| id <= MAX_SLOT)?;
         self.slots.push(Entry::Taken(value));
         self.len += 1;
-        Some(id)
+        match self.slots.last_mut()? {
+            Entry::Taken(value) => Some((id, value)),
+            Entry::Free { .. } => None,
+        }
     }
 
     /// The value in slot `id`, if it is taken.

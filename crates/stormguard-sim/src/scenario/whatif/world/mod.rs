@@ -426,17 +426,19 @@ impl<'p> World<'p> {
                 cut: false,
             };
             if state.busy < state.workers {
-                let Some(n) = self.model.nodes.get(node) else {
+                let model = self.model;
+                let Some(n) = model.nodes.get(node) else {
                     return (None, None);
                 };
-                let mut request = request;
-                let end = begin_work(now, n, state, &mut self.rng, self.bin, &mut request);
+                // Stored first and then set to work where it lies (taking the slot draws
+                // nothing, so the draws come in the same order).
+                let Some((slot, r)) = self.requests.insert_mut(request) else {
+                    self.full("too many requests in flight");
+                    return (None, None);
+                };
+                let end = begin_work(now, n, state, &mut self.rng, self.bin, r);
                 // Work that ends in time and calls nothing: its answer is known to come then.
-                let known = (!request.cut && n.edges.is_empty()).then_some(end);
-                let generation = request.generation;
-                let Some(slot) = self.insert(request) else {
-                    return (None, None);
-                };
+                let known = (!r.cut && n.edges.is_empty()).then_some(end);
                 self.queue.push(end, pack(DONE, slot, generation));
                 return (known, None);
             }
