@@ -220,14 +220,31 @@ impl<'p> World<'p> {
     /// Moves the current time bin to the one holding `now` (events come in time order).
     #[inline]
     pub(super) fn tick(&mut self, now: Nanos) {
+        if now >= self.bin_end {
+            self.next_bin(now);
+        }
+    }
+
+    /// Closes the bins of every service up to the one holding `now`.
+    #[cold]
+    fn next_bin(&mut self, now: Nanos) {
         while now >= self.bin_end {
+            self.close_bins();
             self.bin += 1;
             self.bin_end = self.bin_end.saturating_add(self.bin_width);
         }
     }
 
-    /// What each service saw, in the model's order.
-    pub(super) fn stats(&self) -> impl Iterator<Item = &ServiceStats> {
+    /// Adds what every service counted in the current bin to its series.
+    fn close_bins(&mut self) {
+        for s in &mut self.state {
+            s.stats.close(self.bin);
+        }
+    }
+
+    /// What each service saw, in the model's order (the current bin closed first).
+    pub(super) fn stats(&mut self) -> impl Iterator<Item = &ServiceStats> {
+        self.close_bins();
         self.state.iter().map(|s| &s.stats)
     }
 
@@ -397,7 +414,7 @@ impl<'p> World<'p> {
         let Some(state) = self.state.get_mut(service) else {
             return (None, None);
         };
-        state.stats.at(self.bin).arrivals += 1;
+        state.stats.now().arrivals += 1;
         let active = state.faults.at(now);
         let mut refused = if active.outage {
             Some(Answer::Refused)
@@ -436,7 +453,7 @@ impl<'p> World<'p> {
                     self.full("too many requests in flight");
                     return (None, None);
                 };
-                let end = begin_work(now, n, state, &mut self.rng, self.bin, r);
+                let end = begin_work(now, n, state, &mut self.rng, r);
                 // Work that ends in time and calls nothing: its answer is known to come then.
                 let known = (!r.cut && n.edges.is_empty()).then_some(end);
                 self.queue.push(end, pack(DONE, slot, generation));
@@ -456,7 +473,7 @@ impl<'p> World<'p> {
         }
         // Answered at once, without a worker.
         if let Some(s) = self.state.get_mut(service) {
-            s.stats.at(self.bin).failed += 1;
+            s.stats.now().failed += 1;
         }
         let next = self.answer(caller, token, refused.unwrap_or(Answer::Unavailable));
         (Some(now), next)
@@ -486,7 +503,7 @@ impl<'p> World<'p> {
         let r = self.requests.get_mut(slot)?;
         let node = model.nodes.get(r.node as usize)?;
         let state = self.state.get_mut(r.service as usize)?;
-        let end = begin_work(now, node, state, &mut self.rng, self.bin, r);
+        let end = begin_work(now, node, state, &mut self.rng, r);
         self.queue.push(end, pack(DONE, slot, r.generation));
         Some(())
     }
@@ -518,10 +535,10 @@ impl<'p> World<'p> {
         self.requests.free(slot);
         if let Some(s) = self.state.get_mut(service as usize).map(|s| &mut s.stats) {
             if answer == Answer::Ok {
-                s.at(self.bin).ok += 1;
+                s.now().ok += 1;
                 s.record_latency(now - arrived);
             } else {
-                s.at(self.bin).failed += 1;
+                s.now().failed += 1;
             }
         }
         let release = Step::Release { service };
@@ -585,7 +602,6 @@ fn begin_work(
     node: &Node,
     state: &mut ServiceState,
     rng: &mut SmallRng,
-    bin: usize,
     r: &mut Request,
 ) -> Nanos {
     let mut work = node.work.sample(rng);
@@ -604,6 +620,6 @@ fn begin_work(
     r.next = node.edges.start as u32;
     r.end = node.edges.end as u32;
     state.busy += 1;
-    state.stats.at(bin).admitted += 1;
+    state.stats.now().admitted += 1;
     end
 }
