@@ -31,7 +31,11 @@
 //!   ([`faults`]), and each call of the graph carries its per-try timeout in nanoseconds;
 //! - latencies are counted in buckets of our own and handed to the HDR histogram only for
 //!   the report ([`latency`](super::latency));
-//! - slab slots are written and dropped where they lie, never copied in or out;
+//! - slab slots are written and dropped where they lie, never copied in or out (a request
+//!   that gets a worker at once is stored first and set to work in its slot), and a slab's
+//!   free list lives in its free slots;
+//! - each service counts into a field for the time bin the loop is in, added to its
+//!   series when the loop leaves the bin ([`ServiceStats::close`]), not into an indexed bin;
 //! - a slab that is full records the error, which the event's caller returns, instead of
 //!   every handler passing a `Result` up.
 //!
