@@ -157,6 +157,21 @@ impl<T> Slab<T> {
         true
     }
 
+    /// Empties slot `id` like [`free`](Slab::free), after `read` has read what it needs of
+    /// the value (one look-up for both); `None` when the slot was not taken.
+    #[inline(always)]
+    pub fn free_after<R>(&mut self, id: u32, read: impl FnOnce(&T) -> R) -> Option<R> {
+        let slot = self.slots.get_mut(id as usize)?;
+        let Entry::Taken(value) = slot else {
+            return None;
+        };
+        let out = read(value);
+        *slot = Entry::Free { next: self.free };
+        self.free = id;
+        self.len -= 1;
+        Some(out)
+    }
+
     /// Slots taken.
     pub fn len(&self) -> usize {
         self.len
@@ -225,8 +240,13 @@ mod tests {
                 taken.push(id);
             } else {
                 let id = taken.swap_remove(rng.random_range(0..taken.len()));
-                assert!(slab.free(id));
+                if rng.random_bool(0.5) {
+                    assert!(slab.free(id));
+                } else {
+                    assert_eq!(slab.free_after(id, |v| *v > 0), Some(true));
+                }
                 assert_eq!(slab.get(id), None);
+                assert_eq!(slab.free_after(id, |_| ()), None);
                 stack.push(id);
             }
             assert_eq!(slab.len(), taken.len());

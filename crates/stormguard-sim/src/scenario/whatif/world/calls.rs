@@ -113,15 +113,19 @@ impl World<'_> {
         if c.token != token {
             return None;
         }
-        let edge = model.edges.get(c.edge as usize)?;
-        let honours_signal = edge.caller_signal;
-        let outcome = match answer {
-            Answer::Ok => Outcome::Success,
-            Answer::Refused => Outcome::Retryable,
-            Answer::Unavailable if edge.retries_503 => Outcome::Retryable,
-            Answer::Unavailable => Outcome::NeverRetry,
-            Answer::Exhausted if honours_signal => Outcome::NeverRetry,
-            Answer::Exhausted => Outcome::Retryable,
+        // A success (nearly every answer) needs nothing of the call's policy.
+        let outcome = if answer == Answer::Ok {
+            Outcome::Success
+        } else {
+            let edge = model.edges.get(c.edge as usize)?;
+            match answer {
+                Answer::Ok => Outcome::Success,
+                Answer::Refused => Outcome::Retryable,
+                Answer::Unavailable if edge.retries_503 => Outcome::Retryable,
+                Answer::Unavailable => Outcome::NeverRetry,
+                Answer::Exhausted if edge.caller_signal => Outcome::NeverRetry,
+                Answer::Exhausted => Outcome::Retryable,
+            }
         };
         self.decide(now, call, outcome.into())
     }

@@ -534,9 +534,9 @@ impl<'p> World<'p> {
     /// A request ends with `answer`: its worker is freed once its caller has been told.
     #[inline(always)]
     fn finish(&mut self, now: Nanos, slot: u32, answer: Answer) -> Next {
-        let r = self.requests.get(slot)?;
-        let (service, caller, token, arrived) = (r.service, r.caller, r.token, r.arrived);
-        self.requests.free(slot);
+        let (service, caller, token, arrived) = self
+            .requests
+            .free_after(slot, |r| (r.service, r.caller, r.token, r.arrived))?;
         if let Some(s) = self.state.get_mut(service as usize).map(|s| &mut s.stats) {
             if answer == Answer::Ok {
                 s.now().ok += 1;
