@@ -109,31 +109,40 @@ impl World<'_> {
     #[inline(always)]
     pub(super) fn reply(&mut self, now: Nanos, call: u32, token: u32, answer: Answer) -> Next {
         let model = self.model;
-        let c = self.calls.get(call)?;
-        if c.token != token {
-            return None;
-        }
-        // A success (nearly every answer) needs nothing of the call's policy.
-        let outcome = if answer == Answer::Ok {
-            Outcome::Success
-        } else {
-            let edge = model.edges.get(c.edge as usize)?;
-            match answer {
-                Answer::Ok => Outcome::Success,
-                Answer::Refused => Outcome::Retryable,
-                Answer::Unavailable if edge.retries_503 => Outcome::Retryable,
-                Answer::Unavailable => Outcome::NeverRetry,
-                Answer::Exhausted if edge.caller_signal => Outcome::NeverRetry,
-                Answer::Exhausted => Outcome::Retryable,
+        self.decide(now, call, |c| {
+            if c.token != token {
+                return None;
             }
-        };
-        self.decide(now, call, outcome.into())
+            // A success (nearly every answer) needs nothing of the call's policy.
+            let outcome = if answer == Answer::Ok {
+                Outcome::Success
+            } else {
+                let edge = model.edges.get(c.edge as usize)?;
+                match answer {
+                    Answer::Ok => Outcome::Success,
+                    Answer::Refused => Outcome::Retryable,
+                    Answer::Unavailable if edge.retries_503 => Outcome::Retryable,
+                    Answer::Unavailable => Outcome::NeverRetry,
+                    Answer::Exhausted if edge.caller_signal => Outcome::NeverRetry,
+                    Answer::Exhausted => Outcome::Retryable,
+                }
+            };
+            Some(outcome.into())
+        })
     }
 
-    /// Records how an attempt of `call` ended and follows the core's decision.
+    /// Records how an attempt of `call` ended — what `ended` makes of the call, `None` when
+    /// the answer is stale (it reads the call in the same look-up) — and follows the core's
+    /// decision.
     #[inline(always)]
-    pub(super) fn decide(&mut self, now: Nanos, call: u32, ended: AttemptOutcome) -> Next {
+    pub(super) fn decide(
+        &mut self,
+        now: Nanos,
+        call: u32,
+        ended: impl FnOnce(&mut CallState<'_>) -> Option<AttemptOutcome>,
+    ) -> Next {
         let c = self.calls.get_mut(call)?;
+        let ended = ended(c)?;
         if let Some(permit) = c.permit.take() {
             permit.record(ended.outcome, duration(now.saturating_sub(c.sent)));
         }

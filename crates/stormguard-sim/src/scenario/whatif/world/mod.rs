@@ -332,13 +332,14 @@ impl<'p> World<'p> {
     #[inline(always)]
     fn timeout(&mut self, now: Nanos, call: u32, token: u32) -> Next {
         let fresh = self.token();
-        let c = self.calls.get_mut(call)?;
-        if c.token != token {
-            return None;
-        }
-        // A reply to this attempt that comes later is stale.
-        c.token = fresh;
-        self.decide(now, call, AttemptOutcome::TIMED_OUT)
+        self.decide(now, call, |c| {
+            if c.token != token {
+                return None;
+            }
+            // A reply to this attempt that comes later is stale.
+            c.token = fresh;
+            Some(AttemptOutcome::TIMED_OUT)
+        })
     }
 
     /// The timer of edge `edge` fired: every attempt on it whose deadline has come times
