@@ -53,7 +53,7 @@ impl Latencies {
     }
 
     /// Counts `value`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn record(&mut self, value: Nanos) {
         let i = Latencies::index(value);
         if let Some(c) = self.counts.get_mut(i) {

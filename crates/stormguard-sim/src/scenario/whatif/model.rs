@@ -69,7 +69,9 @@ impl Work {
         match knots.last().copied() {
             Some((_, last)) if knots.len() > 1 => {
                 knots.push((1.0, last));
-                let points: Vec<Nanos> = (0..=TABLE).map(|k| quantile(&knots, k)).collect();
+                let points: Vec<Nanos> = (0..=TABLE)
+                    .map(|k| quantile(&knots, k).min(MAX_POINT))
+                    .collect();
                 Work::Quantiles(
                     points
                         .windows(2)
@@ -99,15 +101,18 @@ impl Work {
                 bounds.get(i).copied().unwrap_or(0)
             }
             Work::Quantiles(table) => {
-                let x = rng.random::<f64>() * TABLE as f64;
+                // Converted through `i64`: the same numbers as converting to unsigned
+                // directly (`x` is in [0, TABLE); `v` is at least 0 and below 2^63, see
+                // `MAX_POINT`), in fewer instructions.
+                let x = crate::rng::unit(rng) * TABLE as f64;
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                let i = (x as usize).min(TABLE - 1);
+                let i = (x as i64 as usize).min(TABLE - 1);
                 let Some(&(v0, step)) = table.get(i) else {
                     return 0;
                 };
                 let t = x - i as f64;
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                let v = (v0 + t * step).max(0.0) as Nanos;
+                let v = (v0 + t * step).max(0.0) as i64 as Nanos;
                 v
             }
         }
@@ -116,6 +121,10 @@ impl Work {
 
 /// Table points of a quantile function: every 1/`TABLE`.
 const TABLE: usize = 1000;
+
+/// The longest work a quantile table holds (2^62 ns, 146 years): every draw between two
+/// points then converts to an integer through `i64` without saturating.
+const MAX_POINT: Nanos = 1 << 62;
 
 /// The piecewise-linear quantile function through `knots` at `k / TABLE`.
 fn quantile(knots: &[(f64, Nanos)], k: usize) -> Nanos {

@@ -30,10 +30,13 @@ pub(super) struct Counts {
     pub(super) admitted: u64,
 }
 
-/// One service's counters: one [`Counts`] per bin (the event loop knows the bin it is in,
-/// so counting is an index, not a division).
+/// One service's counters: one [`Counts`] per bin. The event loop counts into the bin it
+/// is in ([`now`](ServiceStats::now): a field, not an index, several times per request)
+/// and closes it when time moves past it ([`close`](ServiceStats::close)).
 pub(super) struct ServiceStats {
     bins: Vec<Counts>,
+    /// The counts of the bin the event loop is in, not yet added to `bins`.
+    current: Counts,
     /// Requests given up: dropped from the queue or stopped at their deadline.
     pub(super) abandoned: u64,
     /// An empty histogram of the latencies' bounds, filled from `latencies` for the report.
@@ -51,6 +54,7 @@ impl ServiceStats {
             // One more than the run's: what happens after the run, while the requests in
             // flight finish, is counted in the last (it adds to the totals, not the series).
             bins: vec![Counts::default(); bins.saturating_add(1)],
+            current: Counts::default(),
             abandoned: 0,
             latency,
             latencies: Latencies::default(),
@@ -58,11 +62,24 @@ impl ServiceStats {
         })
     }
 
-    /// The counts of bin `bin`; every bin past the run's is the one after its last.
-    #[inline]
-    pub(super) fn at(&mut self, bin: usize) -> &mut Counts {
-        let last = self.bins.len() - 1;
-        &mut self.bins[bin.min(last)]
+    /// The counts of the bin the event loop is in.
+    #[inline(always)]
+    pub(super) fn now(&mut self) -> &mut Counts {
+        &mut self.current
+    }
+
+    /// Adds the counts of the bin the event loop was in, `bin`, to the series (every bin
+    /// past the run's is the one after its last) and starts the next one from zero. The
+    /// event loop calls it whenever it leaves a bin, and once at the end.
+    pub(super) fn close(&mut self, bin: usize) {
+        let c = std::mem::take(&mut self.current);
+        let last = self.bins.len().saturating_sub(1);
+        if let Some(b) = self.bins.get_mut(bin.min(last)) {
+            b.arrivals += c.arrivals;
+            b.ok += c.ok;
+            b.failed += c.failed;
+            b.admitted += c.admitted;
+        }
     }
 
     /// Every bin's value of `field`, the first `bins` bins.
@@ -78,7 +95,7 @@ impl ServiceStats {
             .map_or(0, |b| b.iter().map(field).sum())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn record_latency(&mut self, took: Nanos) {
         self.latencies.record(took.clamp(1, MAX_LATENCY));
     }

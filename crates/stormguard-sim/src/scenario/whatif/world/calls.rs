@@ -63,7 +63,7 @@ impl World<'_> {
             self.full("too many calls in flight");
             return None;
         };
-        Some(Step::Send { call })
+        self.send(now, call)
     }
 
     /// Sends the next attempt of `call`.
@@ -79,7 +79,7 @@ impl World<'_> {
                 // A refused retry's withdrawal is given back when the run is dropped.
                 Err(_) => {
                     let (request, edge) = (c.request, c.edge);
-                    return self.end_call(now, call, request, edge, StopReason::BreakerOpen);
+                    return self.fail_call(now, call, request, edge);
                 }
             }
         }
@@ -109,27 +109,40 @@ impl World<'_> {
     #[inline(always)]
     pub(super) fn reply(&mut self, now: Nanos, call: u32, token: u32, answer: Answer) -> Next {
         let model = self.model;
-        let c = self.calls.get(call)?;
-        if c.token != token {
-            return None;
-        }
-        let edge = model.edges.get(c.edge as usize)?;
-        let honours_signal = edge.caller_signal;
-        let outcome = match answer {
-            Answer::Ok => Outcome::Success,
-            Answer::Refused => Outcome::Retryable,
-            Answer::Unavailable if edge.retries_503 => Outcome::Retryable,
-            Answer::Unavailable => Outcome::NeverRetry,
-            Answer::Exhausted if honours_signal => Outcome::NeverRetry,
-            Answer::Exhausted => Outcome::Retryable,
-        };
-        self.decide(now, call, outcome.into())
+        self.decide(now, call, |c| {
+            if c.token != token {
+                return None;
+            }
+            // A success (nearly every answer) needs nothing of the call's policy.
+            let outcome = if answer == Answer::Ok {
+                Outcome::Success
+            } else {
+                let edge = model.edges.get(c.edge as usize)?;
+                match answer {
+                    Answer::Ok => Outcome::Success,
+                    Answer::Refused => Outcome::Retryable,
+                    Answer::Unavailable if edge.retries_503 => Outcome::Retryable,
+                    Answer::Unavailable => Outcome::NeverRetry,
+                    Answer::Exhausted if edge.caller_signal => Outcome::NeverRetry,
+                    Answer::Exhausted => Outcome::Retryable,
+                }
+            };
+            Some(outcome.into())
+        })
     }
 
-    /// Records how an attempt of `call` ended and follows the core's decision.
+    /// Records how an attempt of `call` ended — what `ended` makes of the call, `None` when
+    /// the answer is stale (it reads the call in the same look-up) — and follows the core's
+    /// decision.
     #[inline(always)]
-    pub(super) fn decide(&mut self, now: Nanos, call: u32, ended: AttemptOutcome) -> Next {
+    pub(super) fn decide(
+        &mut self,
+        now: Nanos,
+        call: u32,
+        ended: impl FnOnce(&mut CallState<'_>) -> Option<AttemptOutcome>,
+    ) -> Next {
         let c = self.calls.get_mut(call)?;
+        let ended = ended(c)?;
         if let Some(permit) = c.permit.take() {
             permit.record(ended.outcome, duration(now.saturating_sub(c.sent)));
         }
@@ -140,7 +153,7 @@ impl World<'_> {
                 let at = now.saturating_add(crate::time::nanos(delay));
                 let token = c.token;
                 if at == now {
-                    return Some(Step::Send { call });
+                    return self.send(now, call);
                 }
                 self.queue.push(at, pack(RETRY, call, token));
                 None
@@ -162,13 +175,22 @@ impl World<'_> {
         edge: u32,
         reason: StopReason,
     ) -> Next {
-        let model = self.model;
-        // Dropped where it lies: the run tells its budget that the call ended (nothing
-        // below reads the budget, so this may come before the request goes on).
-        self.calls.free(call);
         if reason == StopReason::Succeeded {
-            return Some(Step::Continue { request });
+            // Dropped where it lies: the run tells its budget that the call ended (nothing
+            // below reads the budget, so this may come before the request goes on).
+            self.calls.free(call);
+            return self.next_call(now, request);
         }
+        self.fail_call(now, call, request, edge)
+    }
+
+    /// `call` (of `request`, on `edge`) failed: its request fails. (Apart from
+    /// [`end_call`](World::end_call), so that [`send`](World::send), which calls it when the
+    /// breaker is open, is not part of a cycle of calls and all of them inline.)
+    #[inline(always)]
+    pub(super) fn fail_call(&mut self, now: Nanos, call: u32, request: u32, edge: u32) -> Next {
+        let model = self.model;
+        self.calls.free(call);
         let signals = model
             .edges
             .get(edge as usize)

@@ -22,11 +22,20 @@
 //! - a step handler returns the step that comes *next* instead of pushing it (the stack
 //!   would pop it at once anyway), so only steps that wait for others (a freed worker
 //!   behind a reply) touch the stack, and the order is exactly the stack's;
+//! - what always follows at once is called, not returned as a step: a request going on
+//!   makes its next call, a call sends its attempt, a call that succeeded lets its request
+//!   go on (the calls form no cycle — a failed call is [`World::fail_call`], apart from
+//!   the successful end — so all of them are inlined into one loop); only a reply going up
+//!   to the caller is a step, which bounds the native stack whatever the graph's depth;
 //! - the faults in force at a service are kept until their next change point
 //!   ([`faults`]), and each call of the graph carries its per-try timeout in nanoseconds;
 //! - latencies are counted in buckets of our own and handed to the HDR histogram only for
 //!   the report ([`latency`](super::latency));
-//! - slab slots are written and dropped where they lie, never copied in or out;
+//! - slab slots are written and dropped where they lie, never copied in or out (a request
+//!   that gets a worker at once is stored first and set to work in its slot), and a slab's
+//!   free list lives in its free slots;
+//! - each service counts into a field for the time bin the loop is in, added to its
+//!   series when the loop leaves the bin ([`ServiceStats::close`]), not into an indexed bin;
 //! - a slab that is full records the error, which the event's caller returns, instead of
 //!   every handler passing a `Result` up.
 //!
@@ -36,7 +45,6 @@
 
 use std::collections::VecDeque;
 
-use rand::Rng;
 use rand::rngs::SmallRng;
 use stormguard::breaker::OwnedPermit;
 use stormguard::budget::RetryBudget;
@@ -119,10 +127,6 @@ enum Step {
         token: u32,
         answer: Answer,
     },
-    /// A request goes on with its next call, or finishes.
-    Continue { request: u32 },
-    /// A call sends its next attempt.
-    Send { call: u32 },
     /// A worker of a service became free.
     Release { service: u32 },
 }
@@ -220,14 +224,31 @@ impl<'p> World<'p> {
     /// Moves the current time bin to the one holding `now` (events come in time order).
     #[inline]
     pub(super) fn tick(&mut self, now: Nanos) {
+        if now >= self.bin_end {
+            self.next_bin(now);
+        }
+    }
+
+    /// Closes the bins of every service up to the one holding `now`.
+    #[cold]
+    fn next_bin(&mut self, now: Nanos) {
         while now >= self.bin_end {
+            self.close_bins();
             self.bin += 1;
             self.bin_end = self.bin_end.saturating_add(self.bin_width);
         }
     }
 
-    /// What each service saw, in the model's order.
-    pub(super) fn stats(&self) -> impl Iterator<Item = &ServiceStats> {
+    /// Adds what every service counted in the current bin to its series.
+    fn close_bins(&mut self) {
+        for s in &mut self.state {
+            s.stats.close(self.bin);
+        }
+    }
+
+    /// What each service saw, in the model's order (the current bin closed first).
+    pub(super) fn stats(&mut self) -> impl Iterator<Item = &ServiceStats> {
+        self.close_bins();
         self.state.iter().map(|s| &s.stats)
     }
 
@@ -264,7 +285,7 @@ impl<'p> World<'p> {
     ) -> Result<(), InvalidParam> {
         let first = match kind {
             DONE => self.done(now, slot, operand),
-            RETRY => self.retry(slot, operand),
+            RETRY => self.retry(now, slot, operand),
             TIMEOUT => self.timeout(now, slot, operand),
             _ => None,
         };
@@ -290,33 +311,35 @@ impl<'p> World<'p> {
                 s.stats.abandoned += 1;
             }
             Some(Step::Release { service })
-        } else if failure_rate > 0.0 && self.rng.random::<f64>() < failure_rate {
+        } else if failure_rate > 0.0 && crate::rng::unit(&mut self.rng) < failure_rate {
             self.finish(now, slot, Answer::Unavailable)
         } else {
-            Some(Step::Continue { request: slot })
+            self.next_call(now, slot)
         }
     }
 
     /// A call's backoff ended: send its next attempt.
     #[inline(always)]
-    fn retry(&mut self, call: u32, token: u32) -> Next {
-        self.calls
-            .get(call)
-            .is_some_and(|c| c.token == token)
-            .then_some(Step::Send { call })
+    fn retry(&mut self, now: Nanos, call: u32, token: u32) -> Next {
+        if self.calls.get(call).is_some_and(|c| c.token == token) {
+            self.send(now, call)
+        } else {
+            None
+        }
     }
 
     /// A call's attempt reached its deadline without an answer.
     #[inline(always)]
     fn timeout(&mut self, now: Nanos, call: u32, token: u32) -> Next {
         let fresh = self.token();
-        let c = self.calls.get_mut(call)?;
-        if c.token != token {
-            return None;
-        }
-        // A reply to this attempt that comes later is stale.
-        c.token = fresh;
-        self.decide(now, call, AttemptOutcome::TIMED_OUT)
+        self.decide(now, call, |c| {
+            if c.token != token {
+                return None;
+            }
+            // A reply to this attempt that comes later is stale.
+            c.token = fresh;
+            Some(AttemptOutcome::TIMED_OUT)
+        })
     }
 
     /// The timer of edge `edge` fired: every attempt on it whose deadline has come times
@@ -374,8 +397,6 @@ impl<'p> World<'p> {
                     token,
                     answer,
                 } => self.reply(now, call, token, answer),
-                Step::Continue { request } => self.next_call(now, request),
-                Step::Send { call } => self.send(now, call),
                 Step::Release { service } => self.release(now, service as usize),
             };
         }
@@ -398,11 +419,11 @@ impl<'p> World<'p> {
         let Some(state) = self.state.get_mut(service) else {
             return (None, None);
         };
-        state.stats.at(self.bin).arrivals += 1;
+        state.stats.now().arrivals += 1;
         let active = state.faults.at(now);
         let mut refused = if active.outage {
             Some(Answer::Refused)
-        } else if active.p503 > 0.0 && self.rng.random::<f64>() < active.p503 {
+        } else if active.p503 > 0.0 && crate::rng::unit(&mut self.rng) < active.p503 {
             Some(Answer::Unavailable)
         } else {
             None
@@ -427,17 +448,19 @@ impl<'p> World<'p> {
                 cut: false,
             };
             if state.busy < state.workers {
-                let Some(n) = self.model.nodes.get(node) else {
+                let model = self.model;
+                let Some(n) = model.nodes.get(node) else {
                     return (None, None);
                 };
-                let mut request = request;
-                let end = begin_work(now, n, state, &mut self.rng, self.bin, &mut request);
+                // Stored first and then set to work where it lies (taking the slot draws
+                // nothing, so the draws come in the same order).
+                let Some((slot, r)) = self.requests.insert_mut(request) else {
+                    self.full("too many requests in flight");
+                    return (None, None);
+                };
+                let end = begin_work(now, n, state, &mut self.rng, r);
                 // Work that ends in time and calls nothing: its answer is known to come then.
-                let known = (!request.cut && n.edges.is_empty()).then_some(end);
-                let generation = request.generation;
-                let Some(slot) = self.insert(request) else {
-                    return (None, None);
-                };
+                let known = (!r.cut && n.edges.is_empty()).then_some(end);
                 self.queue.push(end, pack(DONE, slot, generation));
                 return (known, None);
             }
@@ -455,7 +478,7 @@ impl<'p> World<'p> {
         }
         // Answered at once, without a worker.
         if let Some(s) = self.state.get_mut(service) {
-            s.stats.at(self.bin).failed += 1;
+            s.stats.now().failed += 1;
         }
         let next = self.answer(caller, token, refused.unwrap_or(Answer::Unavailable));
         (Some(now), next)
@@ -485,7 +508,7 @@ impl<'p> World<'p> {
         let r = self.requests.get_mut(slot)?;
         let node = model.nodes.get(r.node as usize)?;
         let state = self.state.get_mut(r.service as usize)?;
-        let end = begin_work(now, node, state, &mut self.rng, self.bin, r);
+        let end = begin_work(now, node, state, &mut self.rng, r);
         self.queue.push(end, pack(DONE, slot, r.generation));
         Some(())
     }
@@ -512,15 +535,15 @@ impl<'p> World<'p> {
     /// A request ends with `answer`: its worker is freed once its caller has been told.
     #[inline(always)]
     fn finish(&mut self, now: Nanos, slot: u32, answer: Answer) -> Next {
-        let r = self.requests.get(slot)?;
-        let (service, caller, token, arrived) = (r.service, r.caller, r.token, r.arrived);
-        self.requests.free(slot);
+        let (service, caller, token, arrived) = self
+            .requests
+            .free_after(slot, |r| (r.service, r.caller, r.token, r.arrived))?;
         if let Some(s) = self.state.get_mut(service as usize).map(|s| &mut s.stats) {
             if answer == Answer::Ok {
-                s.at(self.bin).ok += 1;
+                s.now().ok += 1;
                 s.record_latency(now - arrived);
             } else {
-                s.at(self.bin).failed += 1;
+                s.now().failed += 1;
             }
         }
         let release = Step::Release { service };
@@ -584,7 +607,6 @@ fn begin_work(
     node: &Node,
     state: &mut ServiceState,
     rng: &mut SmallRng,
-    bin: usize,
     r: &mut Request,
 ) -> Nanos {
     let mut work = node.work.sample(rng);
@@ -603,6 +625,6 @@ fn begin_work(
     r.next = node.edges.start as u32;
     r.end = node.edges.end as u32;
     state.busy += 1;
-    state.stats.at(bin).admitted += 1;
+    state.stats.now().admitted += 1;
     end
 }
