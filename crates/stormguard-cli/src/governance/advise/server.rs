@@ -172,11 +172,12 @@ impl<'a> Server<'a> {
                 "{points} windows of {step}s in --normal-range: Prometheus answers at most {MAX_POINTS}; give a longer --alarm-window or a shorter range"
             )));
         }
-        // Prometheus evaluates at start + k·step exactly as given: the end is rounded down
-        // to a multiple of the step, so its windows and hours are the clock's (as the
-        // windows of a file are), not ones shifted to whenever the command ran.
+        // Prometheus evaluates at start + k·step exactly as given: the end is rounded up to
+        // a multiple of the step, so its windows and hours are the clock's (as the windows of
+        // a file are), not ones shifted to whenever the command ran; the last is the window
+        // in progress, as a file's last window is.
         #[allow(clippy::cast_precision_loss)]
-        let end = (end / step as f64).floor() * step as f64;
+        let end = (end / step as f64).ceil() * step as f64;
         #[allow(clippy::cast_precision_loss)]
         let start = end - ((points - 1) * step) as f64;
         let result = self.get(
