@@ -1,7 +1,7 @@
 //! The HTTP API: routes, and the checks every handler shares (names, labels).
 
 pub(crate) mod admin;
-mod versions;
+pub(crate) mod versions;
 mod watch;
 
 use std::collections::BTreeMap;
