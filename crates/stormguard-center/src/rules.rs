@@ -106,11 +106,13 @@ impl RuleRunner {
     /// Sets the hourly cap of one service.
     pub async fn set_cap(&self, service: &str, max_changes_per_hour: u32) {
         let mut services = self.services.lock().await;
-        let entry = services.entry(service.to_owned()).or_insert_with(|| ServiceRules {
-            engine: RuleEngine::new(Vec::new(), max_changes_per_hour),
-            cap: None,
-            fired: HashMap::new(),
-        });
+        let entry = services
+            .entry(service.to_owned())
+            .or_insert_with(|| ServiceRules {
+                engine: RuleEngine::new(Vec::new(), max_changes_per_hour),
+                cap: None,
+                fired: HashMap::new(),
+            });
         entry.cap = Some(max_changes_per_hour);
     }
 
@@ -124,11 +126,13 @@ impl RuleRunner {
     ) -> Result<Vec<RuleEvent>, StoreError> {
         let rules = self.stored_rules(service).await?;
         let mut services = self.services.lock().await;
-        let state = services.entry(service.to_owned()).or_insert_with(|| ServiceRules {
-            engine: RuleEngine::new(Vec::new(), self.max_changes_per_hour),
-            cap: None,
-            fired: HashMap::new(),
-        });
+        let state = services
+            .entry(service.to_owned())
+            .or_insert_with(|| ServiceRules {
+                engine: RuleEngine::new(Vec::new(), self.max_changes_per_hour),
+                cap: None,
+                fired: HashMap::new(),
+            });
         let cap = state.cap.unwrap_or(self.max_changes_per_hour);
         state.engine.set_rules(rules, cap);
         let decisions = state.engine.decide(seen, now);
@@ -137,7 +141,12 @@ impl RuleRunner {
             if !matches!(decision.verdict, Verdict::Fire | Verdict::Revert) {
                 continue;
             }
-            let Some(rule) = state.engine.rules().find(|r| r.name == decision.rule).cloned() else {
+            let Some(rule) = state
+                .engine
+                .rules()
+                .find(|r| r.name == decision.rule)
+                .cloned()
+            else {
                 continue;
             };
             let event = self.carry_out(service, &rule, &decision, state).await?;
@@ -244,7 +253,9 @@ impl RuleRunner {
                 self.audit(service, &author, action, Some(base), &detail_text)
                     .await?;
                 if firing && !rule.dry_run {
-                    state.fired.insert(rule.name.clone(), fired(rule, base, edits));
+                    state
+                        .fired
+                        .insert(rule.name.clone(), fired(rule, base, edits));
                 } else {
                     state.fired.remove(&rule.name);
                 }
@@ -270,11 +281,19 @@ impl RuleRunner {
             match release.write(&self.center, &caller).await {
                 Ok(version) => {
                     if firing {
-                        state.fired.insert(rule.name.clone(), fired(rule, base, edits));
+                        state
+                            .fired
+                            .insert(rule.name.clone(), fired(rule, base, edits));
                     } else {
                         state.fired.remove(&rule.name);
                     }
-                    return Ok(event(rule, decision, Some(version.version), action, detail_text));
+                    return Ok(event(
+                        rule,
+                        decision,
+                        Some(version.version),
+                        action,
+                        detail_text,
+                    ));
                 }
                 Err(ApiError::Conflict(_)) => {
                     last_error = "lost the compare-and-set on every try".to_owned();
@@ -373,7 +392,14 @@ fn message(rule: &Rule, firing: bool, edits: &[FieldEdit], report: &[RevertedFie
     if firing {
         let changes: Vec<String> = edits
             .iter()
-            .map(|e| format!("{} {} -> {}", e.field, show(e.before.as_ref()), show(e.after.as_ref())))
+            .map(|e| {
+                format!(
+                    "{} {} -> {}",
+                    e.field,
+                    show(e.before.as_ref()),
+                    show(e.after.as_ref())
+                )
+            })
             .collect();
         format!("rule {} fired: {}", rule.name, changes.join(", "))
     } else {
@@ -381,10 +407,19 @@ fn message(rule: &Rule, firing: bool, edits: &[FieldEdit], report: &[RevertedFie
             .iter()
             .map(|r| match r {
                 RevertedField::Restored(e) => {
-                    format!("{} {} -> {}", e.field, show(e.after.as_ref()), show(e.before.as_ref()))
+                    format!(
+                        "{} {} -> {}",
+                        e.field,
+                        show(e.after.as_ref()),
+                        show(e.before.as_ref())
+                    )
                 }
                 RevertedField::Kept { edit, now } => {
-                    format!("{} kept at {} (changed since the firing)", edit.field, show(now.as_ref()))
+                    format!(
+                        "{} kept at {} (changed since the firing)",
+                        edit.field,
+                        show(now.as_ref())
+                    )
                 }
             })
             .collect();

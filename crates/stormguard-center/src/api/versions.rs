@@ -187,7 +187,11 @@ pub(crate) struct Release<'a> {
 impl Release<'_> {
     /// Writes the version on `base` (409 when `base` is not the latest) as `caller`, and
     /// tells the watchers.
-    pub(crate) async fn write(&self, center: &Center, caller: &Caller) -> Result<Version, ApiError> {
+    pub(crate) async fn write(
+        &self,
+        center: &Center,
+        caller: &Caller,
+    ) -> Result<Version, ApiError> {
         if self.message.len() > MAX_MESSAGE {
             return Err(ApiError::BadRequest(format!(
                 "message: longer than {MAX_MESSAGE} bytes"
