@@ -55,7 +55,10 @@ async fn put_rule(api: &Api, rule: &Value) -> (u16, Value) {
 }
 
 async fn setup(dry_run: bool) -> (TestCenter, RuleRunner) {
-    let center = TestCenter::sqlite().await;
+    setup_on(TestCenter::sqlite().await, dry_run).await
+}
+
+async fn setup_on(center: TestCenter, dry_run: bool) -> (TestCenter, RuleRunner) {
     let editor = center.api(&center.editor);
     assert_eq!(editor.publish("web", 0, POLICY).await.0, 201);
     assert_eq!(put_rule(&editor, &rule(dry_run)).await.0, 204);
@@ -156,7 +159,19 @@ async fn a_dry_run_publishes_nothing_and_records_what_it_would_do() {
 
 #[tokio::test]
 async fn a_firing_publishes_and_a_revert_restores_keeping_a_human_edit() {
-    let (center, runner) = setup(false).await;
+    fire_and_revert(setup(false).await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_firing_publishes_and_a_revert_restores() {
+    let Some(url) = support::postgres_url("rule firing and revert") else {
+        return;
+    };
+    let url = support::postgres_schema(&url).await;
+    fire_and_revert(setup_on(TestCenter::on(&url, None).await, false).await).await;
+}
+
+async fn fire_and_revert((center, runner): (TestCenter, RuleRunner)) {
     let t0 = Instant::now();
     let at = |s| t0 + Duration::from_secs(s);
     assert!(
