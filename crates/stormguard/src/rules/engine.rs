@@ -125,20 +125,33 @@ impl RuleEngine {
         engine
     }
 
-    /// Replaces the rules. A rule whose definition is unchanged keeps its phase (a rule that
-    /// fired stays fired); a changed or new one starts idle; a removed one is forgotten.
+    /// Replaces the rules. A rule whose definition is unchanged keeps its phase. A rule
+    /// changed while it had fired stays fired (its change is still in the policy, and only
+    /// a revert takes it out), and reverts by its new exit condition; a changed rule that was
+    /// pending starts over, as does a new one. A removed rule is forgotten: what it changed
+    /// stays in the policy until someone changes it.
     pub fn set_rules(&mut self, rules: Vec<Rule>, max_changes_per_hour: u32) {
         let mut old = std::mem::take(&mut self.states);
         self.states = rules
             .into_iter()
-            .map(|rule| match old.iter().position(|s| s.rule == rule) {
-                Some(i) => old.swap_remove(i),
-                None => State {
-                    rule,
-                    phase: Phase::Idle,
-                    before: Phase::Idle,
+            .map(
+                |rule| match old.iter().position(|s| s.rule.name == rule.name) {
+                    Some(i) if old[i].rule == rule => old.swap_remove(i),
+                    Some(i) if matches!(old[i].phase, Phase::Active { .. }) => {
+                        let phase = old.swap_remove(i).phase;
+                        State {
+                            rule,
+                            phase,
+                            before: phase,
+                        }
+                    }
+                    _ => State {
+                        rule,
+                        phase: Phase::Idle,
+                        before: Phase::Idle,
+                    },
                 },
-            })
+            )
             .collect();
         self.max_changes_per_hour = max_changes_per_hour;
     }

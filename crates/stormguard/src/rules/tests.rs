@@ -12,7 +12,11 @@ fn rules(text: &str) -> RuleSet {
 }
 
 fn one_rule(hold: &str, exit_hold: &str, extra: &str) -> RuleSet {
-    rules(&format!(
+    rules(&one_rule_text(hold, exit_hold, extra))
+}
+
+fn one_rule_text(hold: &str, exit_hold: &str, extra: &str) -> String {
+    format!(
         r#"
         max_changes_per_hour = 6
         [[rules]]
@@ -25,7 +29,7 @@ fn one_rule(hold: &str, exit_hold: &str, extra: &str) -> RuleSet {
         actions = [{{ set = "attempts", max_attempts = 1 }}, {{ set = "fallback", fallback = "always" }}]
         {extra}
         "#
-    ))
+    )
 }
 
 fn seen(ratio: f64) -> Observations {
@@ -413,4 +417,66 @@ fn an_action_that_breaks_the_policy_is_refused_with_the_field() {
     assert!(error_field(err).starts_with(r#"endpoints."GET /img/*".timeouts"#));
     let err = apply(&file, "GET /nope", &[Action::Attempts(1)]).unwrap_err();
     assert_eq!(error_field(err), r#"endpoints."GET /nope""#);
+}
+
+#[test]
+fn a_rule_changed_while_fired_stays_fired_and_reverts_by_its_new_condition() {
+    let set = one_rule("0s", "0s", "");
+    let mut engine = RuleEngine::new(set.rules, 6);
+    let t0 = Instant::now();
+    assert_eq!(engine.decide(&seen(0.5), t0)[0].verdict, Verdict::Fire);
+    let changed = one_rule("0s", "0s", "min_hold = \"1m\"");
+    engine.set_rules(changed.rules.clone(), 6);
+    assert!(engine.is_active("cdn-504"));
+    assert_eq!(
+        engine.decide(&seen(0.0), t0 + secs(30))[0].verdict,
+        Verdict::Hold
+    );
+    assert_eq!(
+        engine.decide(&seen(0.0), t0 + secs(60))[0].verdict,
+        Verdict::Revert
+    );
+    // A pending rule that changes starts over.
+    let slow = one_rule("10s", "0s", "");
+    engine.set_rules(slow.rules, 6);
+    assert!(matches!(
+        engine.decide(&seen(0.5), t0 + secs(61))[0].verdict,
+        Verdict::Pending { .. }
+    ));
+    engine.set_rules(one_rule("20s", "0s", "").rules, 6);
+    assert_eq!(
+        engine.decide(&seen(0.5), t0 + secs(75))[0].verdict,
+        Verdict::Pending { held: secs(0) }
+    );
+}
+
+mod props {
+    use proptest::prelude::*;
+
+    use super::super::RuleSet;
+
+    proptest! {
+        /// Any text gives rules or an error, never a panic; an error message stays short.
+        #[test]
+        fn any_text_is_rules_or_a_bounded_error(text in "\\PC{0,400}") {
+            for result in [RuleSet::from_toml(&text), RuleSet::from_json(&text)] {
+                if let Err(e) = result {
+                    prop_assert!(e.to_string().len() < 2048);
+                }
+            }
+        }
+
+        /// A good file with one character changed reads or fails with a bounded error.
+        #[test]
+        fn a_damaged_rule_file_is_rules_or_a_bounded_error(at in 0usize..400, c in any::<char>()) {
+            let good = super::one_rule_text("10s", "20s", "");
+            let mut chars: Vec<char> = good.chars().collect();
+            let i = at % chars.len();
+            chars[i] = c;
+            let text: String = chars.into_iter().collect();
+            if let Err(e) = RuleSet::from_toml(&text) {
+                prop_assert!(e.to_string().len() < 2048);
+            }
+        }
+    }
 }
