@@ -299,3 +299,52 @@ async fn the_hourly_cap_holds() {
     }
     assert_eq!(versions(&center).await.len(), 1 + changes.len());
 }
+
+#[tokio::test]
+async fn a_firing_that_cannot_be_published_is_recorded_and_tried_again() {
+    let center = TestCenter::sqlite().await;
+    let editor = center.api(&center.editor);
+    // The policy has no "GET /img/*" endpoint for the rule to change.
+    assert_eq!(
+        editor
+            .publish("web", 0, "[endpoints.\"GET /other\"]\n")
+            .await
+            .0,
+        201
+    );
+    assert_eq!(put_rule(&editor, &rule(false)).await.0, 204);
+    let runner = RuleRunner::new(center.center.clone(), 6);
+    let t0 = Instant::now();
+    let mut failed = 0;
+    for s in [0, 10, 11, 12] {
+        for event in runner
+            .observe("web", &seen(0.4), t0 + Duration::from_secs(s))
+            .await
+            .unwrap()
+        {
+            assert_eq!(
+                (event.verdict, event.action, event.version),
+                (Verdict::Fire, "rule-failed", None)
+            );
+            assert!(
+                event.detail.contains("no such endpoint"),
+                "{}",
+                event.detail
+            );
+            failed += 1;
+        }
+    }
+    assert_eq!(
+        failed, 3,
+        "tried again at each observation once `for` has passed"
+    );
+    assert_eq!(versions(&center).await.len(), 1);
+    let records = audit(&center).await;
+    assert_eq!(
+        records
+            .iter()
+            .filter(|r| r["action"] == "rule-failed")
+            .count(),
+        3
+    );
+}

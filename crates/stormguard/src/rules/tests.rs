@@ -480,3 +480,20 @@ mod props {
         }
     }
 }
+
+#[test]
+fn apply_and_revert_keep_an_endpoints_windows() {
+    let text = format!(
+        "{POLICY}[[endpoints.\"GET /img/*\".windows]]\nstart = \"03:00\"\nend = \"04:00\"\ntime_zone = \"UTC\"\noverrides = {{ timeouts = {{ overall = \"5s\" }} }}\n"
+    );
+    let file = PolicyFile::from_toml(&text).unwrap();
+    let (fired, edits) = apply(&file, EP, &[Action::Attempts(1)]).unwrap();
+    let again = PolicyFile::from_toml(&fired.to_toml()).unwrap();
+    assert_eq!(
+        again, fired,
+        "the fired policy reads back, windows included"
+    );
+    assert!(fired.to_toml().contains("03:00"));
+    let (back, _) = revert(&fired, EP, &edits).unwrap();
+    assert_eq!(back.unwrap(), file);
+}
