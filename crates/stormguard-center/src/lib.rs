@@ -24,6 +24,10 @@
 //! - **Audit and auth.** Every publish, rollback, canary step, ACK and NACK is an audit
 //!   record. Bearer tokens carry one role each ([`Role`]); the center stores their hashes and
 //!   denies what no rule allows.
+//! - **Rules.** Metric-driven rules ([`stormguard::rules`]) are stored per service and run
+//!   by a [`RuleRunner`] on the observations a collector hands it: each firing and revert
+//!   is a version published like any other, by `rule:<name>`, with the observed values in
+//!   its audit record; a dry-run rule only writes `rule-dry-run` audit records.
 //! - **Store.** SQLite embedded by default; PostgreSQL for several replicas behind a load
 //!   balancer, which learn of each other's publishes through LISTEN/NOTIFY ([`Store`]).
 //!
@@ -54,6 +58,9 @@
 //! | `POST /v1/services/{s}/acks` | instance | `{instance, version, applied, reason?}` |
 //! | `GET /v1/audit?service=&limit=` | viewer | [`AuditRecord`]s, newest first |
 //! | `POST /v1/tokens` | admin | `{name, role, service?}` → `{token}` |
+//! | `GET /v1/services/{s}/rules` | viewer | the service's metric-driven rules |
+//! | `PUT /v1/services/{s}/rules/{name}` | editor | store a rule (the JSON shape of [`stormguard::rules`]) → 204, 422 if invalid |
+//! | `DELETE /v1/services/{s}/rules/{name}` | editor | delete a rule → 204, 404 if none |
 //! | `GET /metrics` | viewer | Prometheus text (see [`metric_names`]) |
 //! | `GET /openapi.json` | none | the OpenAPI 3.1 document of this API |
 //! | `GET /healthz` | none | `ok` |
@@ -81,6 +88,7 @@ mod error;
 pub mod fanout;
 mod hub;
 pub mod metric_names;
+mod rules;
 mod server;
 mod store;
 mod version;
@@ -89,6 +97,7 @@ pub use api::admin::{AuditRecord, InstanceStatus, Status};
 pub use auth::{Caller, Role, new_token};
 pub use error::ApiError;
 pub use hub::Selector;
+pub use rules::{RuleEvent, RuleRunner};
 pub use server::{Center, CenterConfig};
 pub use store::{ACQUIRE_TIMEOUT, Store, StoreError, StoreKind};
 pub use version::{FieldChange, Snapshot, Version, canonical_text, changed_fields, content_hash};

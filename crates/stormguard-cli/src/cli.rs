@@ -43,7 +43,8 @@ pub(crate) enum Command {
     /// Run a policy center: versioned policies pushed to every instance.
     Center(crate::center::CenterArgs),
     /// Policy files: lint and review them (`lint`, `diff`), and manage them on a policy
-    /// center (`push`, `get`, `history`, `rollback`, `status`, `audit`, `promote`, `abort`).
+    /// center (`push`, `get`, `history`, `rollback`, `status`, `audit`, `promote`, `abort`,
+    /// `rules`).
     Policy {
         /// Where the center is, and who asks (the center commands only).
         #[command(flatten)]

@@ -1,5 +1,6 @@
-//! `stormguard policy push | get | history | rollback | status | audit | promote | abort
-//! --center URL`: the center's API from the command line.
+//! `stormguard policy push | get | history | rollback | status | audit | promote | abort |
+//! rules list | rules put | rules delete --center URL`: the center's API from the command
+//! line.
 //!
 //! Every command needs the center's URL (`--center` or `STORMGUARD_CENTER_URL`) and a token
 //! (`--token` or `STORMGUARD_CENTER_TOKEN`). A refusal of the center (bad token, wrong role,
@@ -129,6 +130,33 @@ pub(crate) enum PolicyCenter {
         /// The service.
         service: String,
     },
+    /// A service's metric-driven rules: list, put (from a rule file), delete.
+    #[command(subcommand)]
+    Rules(RulesCommand),
+}
+
+/// `stormguard policy rules …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum RulesCommand {
+    /// The service's rules.
+    List {
+        /// The service.
+        service: String,
+    },
+    /// Store every rule of a rule file (TOML or JSON, by extension; the shape of
+    /// `stormguard::rules`), each under its own service and name. The file is checked here
+    /// first: a wrong field exits 2 naming it, and nothing is sent.
+    Put {
+        /// The rule file.
+        file: PathBuf,
+    },
+    /// Delete one rule.
+    Delete {
+        /// The service.
+        service: String,
+        /// The rule's name.
+        name: String,
+    },
 }
 
 /// Runs one command against the center.
@@ -156,6 +184,7 @@ type Answer = (Value, String);
 
 async fn execute(client: &Client, command: PolicyCenter) -> Result<Answer, Failure> {
     match command {
+        PolicyCenter::Rules(command) => rules(client, command).await,
         PolicyCenter::Push {
             service,
             file,
@@ -384,6 +413,72 @@ fn diff(changes: &Value) -> String {
             )
         })
         .collect()
+}
+
+async fn rules(client: &Client, command: RulesCommand) -> Result<Answer, Failure> {
+    match command {
+        RulesCommand::List { service } => {
+            let list = client
+                .send("GET", &format!("/v1/services/{service}/rules"), None)
+                .await?;
+            let text = list
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| {
+                    let dry = if r["rule"]["dry_run"].as_bool() == Some(true) {
+                        " (dry run)"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "{:<24} {}{dry}\n",
+                        r["name"].as_str().unwrap_or(""),
+                        r["rule"]["endpoint"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            Ok((list, text))
+        }
+        RulesCommand::Put { file } => {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| Failure::Usage(format!("{}: {e}", file.display())))?;
+            let set = if file.extension().is_some_and(|e| e == "json") {
+                stormguard::rules::RuleSet::from_json(&text)
+            } else {
+                stormguard::rules::RuleSet::from_toml(&text)
+            }
+            .map_err(|e| Failure::Usage(format!("{}: {e}", file.display())))?;
+            let mut stored = Vec::new();
+            let mut out = String::new();
+            for rule in &set.rules {
+                let body: Value = serde_json::from_str(&rule.to_json()).unwrap_or(Value::Null);
+                client
+                    .send(
+                        "PUT",
+                        &format!("/v1/services/{}/rules/{}", rule.service, rule.name),
+                        Some(body),
+                    )
+                    .await?;
+                out.push_str(&format!("stored rule {} of {}\n", rule.name, rule.service));
+                stored.push(json!({ "service": rule.service, "name": rule.name }));
+            }
+            Ok((Value::Array(stored), out))
+        }
+        RulesCommand::Delete { service, name } => {
+            client
+                .send(
+                    "DELETE",
+                    &format!("/v1/services/{service}/rules/{name}"),
+                    None,
+                )
+                .await?;
+            Ok((
+                json!({ "service": service, "name": name, "deleted": true }),
+                format!("deleted rule {name} of {service}\n"),
+            ))
+        }
+    }
 }
 
 struct Client {

@@ -97,4 +97,6 @@ pub mod lint;
 #[cfg(feature = "policy")]
 pub mod policy;
 pub mod retry;
+#[cfg(feature = "policy")]
+pub mod rules;
 pub mod throttle;

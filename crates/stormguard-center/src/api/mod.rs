@@ -1,7 +1,8 @@
 //! The HTTP API: routes, and the checks every handler shares (names, labels).
 
 pub(crate) mod admin;
-mod versions;
+mod rules;
+pub(crate) mod versions;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -19,7 +20,7 @@ use stormguard_tower::limit::AdaptiveLimitLayer;
 
 use crate::error::ApiError;
 use crate::server::{Center, CenterConfig};
-use Verb::{Get, Post};
+use Verb::{Delete, Get, Post, Put};
 
 /// The longest service name, instance id, label key or value.
 const MAX_NAME: usize = 128;
@@ -44,6 +45,8 @@ pub(crate) fn router(center: Center) -> Router {
 pub(crate) enum Verb {
     Get,
     Post,
+    Put,
+    Delete,
 }
 
 impl Verb {
@@ -51,6 +54,8 @@ impl Verb {
         match self {
             Verb::Get => MethodFilter::GET,
             Verb::Post => MethodFilter::POST,
+            Verb::Put => MethodFilter::PUT,
+            Verb::Delete => MethodFilter::DELETE,
         }
     }
 
@@ -60,6 +65,8 @@ impl Verb {
         match self {
             Verb::Get => "get",
             Verb::Post => "post",
+            Verb::Put => "put",
+            Verb::Delete => "delete",
         }
     }
 }
@@ -130,6 +137,13 @@ pub(crate) fn routes(config: &CenterConfig) -> Routes {
     .add(Get, "/v1/services/{service}/watch", watch)
     .add(Post, "/v1/services/{service}/acks", |m| {
         on(m, watch::acknowledge)
+    })
+    .add(Get, "/v1/services/{service}/rules", |m| on(m, rules::list))
+    .add(Put, "/v1/services/{service}/rules/{name}", |m| {
+        on(m, rules::put)
+    })
+    .add(Delete, "/v1/services/{service}/rules/{name}", |m| {
+        on(m, rules::delete)
     })
 }
 

@@ -99,6 +99,7 @@ pub(crate) async fn publish(
         rollback_of: None,
         canary: body.canary.as_ref(),
         action,
+        detail: None,
     };
     let version = release.write(&center, &caller).await?;
     Ok((StatusCode::CREATED, Json(version)))
@@ -106,7 +107,7 @@ pub(crate) async fn publish(
 
 /// The findings of the policy linter at or above `blocks`, as one 422 naming each (rule, field,
 /// message); none, or no `blocks`, lets the publish go on.
-fn refuse_lint_findings(
+pub(crate) fn refuse_lint_findings(
     file: &PolicyFile,
     blocks: Option<stormguard::lint::Severity>,
 ) -> Result<(), ApiError> {
@@ -163,24 +164,34 @@ pub(crate) async fn rollback(
         rollback_of: Some(body.to),
         canary: None,
         action: "rollback",
+        detail: None,
     };
     let version = release.write(&center, &caller).await?;
     Ok((StatusCode::CREATED, Json(version)))
 }
 
-/// One new version, about to be written.
-struct Release<'a> {
-    service: &'a str,
-    base: u64,
-    file: &'a PolicyFile,
-    message: &'a str,
-    rollback_of: Option<u64>,
-    canary: Option<&'a Selector>,
-    action: &'a str,
+/// One new version, about to be written: the one path every publish takes (the API's
+/// publish and rollback, and the rules' firings and reverts).
+pub(crate) struct Release<'a> {
+    pub(crate) service: &'a str,
+    pub(crate) base: u64,
+    pub(crate) file: &'a PolicyFile,
+    pub(crate) message: &'a str,
+    pub(crate) rollback_of: Option<u64>,
+    pub(crate) canary: Option<&'a Selector>,
+    pub(crate) action: &'a str,
+    /// The audit record's detail when it is not the message.
+    pub(crate) detail: Option<&'a str>,
 }
 
 impl Release<'_> {
-    async fn write(&self, center: &Center, caller: &Caller) -> Result<Version, ApiError> {
+    /// Writes the version on `base` (409 when `base` is not the latest) as `caller`, and
+    /// tells the watchers.
+    pub(crate) async fn write(
+        &self,
+        center: &Center,
+        caller: &Caller,
+    ) -> Result<Version, ApiError> {
         if self.message.len() > MAX_MESSAGE {
             return Err(ApiError::BadRequest(format!(
                 "message: longer than {MAX_MESSAGE} bytes"
@@ -217,6 +228,7 @@ impl Release<'_> {
             canary: selector.as_deref(),
             now_ms: now_ms(),
             action: self.action,
+            detail: self.detail,
         };
         let (now_ms, published) = (new.now_ms, store.publish(&new).await);
         let number = match published {

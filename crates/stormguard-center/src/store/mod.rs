@@ -23,7 +23,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{PgPool, SqlitePool};
 
-pub(crate) use rows::{AuditRow, InstanceRow, ReleaseRow, TokenRow, VersionRow};
+pub(crate) use rows::{AuditRow, InstanceRow, ReleaseRow, RuleRow, TokenRow, VersionRow};
 
 /// The migrations for SQLite.
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -173,6 +173,7 @@ macro_rules! notify {
 
 // After the macros, which the group commit uses too.
 mod acks;
+mod rules;
 #[cfg(test)]
 mod tests;
 
@@ -190,6 +191,8 @@ pub(crate) struct NewVersion<'a> {
     pub(crate) canary: Option<&'a str>,
     pub(crate) now_ms: i64,
     pub(crate) action: &'a str,
+    /// The audit record's detail, when it is not the message (a rule's observed values).
+    pub(crate) detail: Option<&'a str>,
 }
 
 /// An audit record about to be written.
@@ -410,7 +413,7 @@ impl Store {
                     service: new.service,
                     version: Some(version),
                     instance: None,
-                    detail: new.message,
+                    detail: new.detail.unwrap_or(new.message),
                 })
                 .execute(&mut *tx)
                 .await?;

@@ -79,3 +79,11 @@ pub(crate) struct TokenRow {
     pub(crate) role: String,
     pub(crate) service: Option<String>,
 }
+
+/// A row of `center_rules`.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub(crate) struct RuleRow {
+    pub(crate) name: String,
+    pub(crate) rule: String,
+    pub(crate) updated_ms: i64,
+}

@@ -166,7 +166,7 @@ impl From<BudgetSpec> for RawBudget {
 impl BudgetSpec {
     /// Checks every number by building the budget (the constructors hold the one set of
     /// rules, shared with the CLI); `at` names the budget in errors.
-    pub(super) fn validate(&self, at: &FieldPath) -> Result<(), PolicyError> {
+    pub(crate) fn validate(&self, at: &FieldPath) -> Result<(), PolicyError> {
         self.make(Clock::system())
             .map(drop)
             .map_err(|e| invalid(at, e))

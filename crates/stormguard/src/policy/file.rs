@@ -368,6 +368,11 @@ impl TryFrom<RawEndpoint> for EndpointPolicy {
 }
 
 impl RawEndpoint {
+    /// Its windows, as the file writes them.
+    pub(super) fn windows_mut(&mut self) -> &mut Vec<RawWindow> {
+        &mut self.windows
+    }
+
     /// The policy this raw endpoint describes, checked; `at` names it in errors.
     pub(super) fn into_policy(mut self, at: &FieldPath) -> Result<EndpointPolicy, PolicyError> {
         let raw_windows = std::mem::take(&mut self.windows);

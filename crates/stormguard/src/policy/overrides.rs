@@ -135,3 +135,73 @@ fn diff_at(
     }
     changes
 }
+
+/// One field of an endpoint's policy as the file writes it: the keys from the endpoint's table
+/// down (`["retry", "max_attempts"]`).
+pub(crate) type FieldKeys = [&'static str];
+
+impl EndpointPolicy {
+    /// The value of one field as the file writes it (`"2s"`, `3`, `"always"`), `None` when the
+    /// policy leaves it out. Windows keep their own overrides and are not looked into.
+    pub(crate) fn file_value(&self, keys: &FieldKeys) -> Option<Value> {
+        let object = object(&RawEndpoint::from(self.clone()));
+        let (last, parents) = keys.split_last()?;
+        let mut table = &object;
+        for key in parents {
+            table = table.get(*key)?.as_object()?;
+        }
+        table.get(*last).cloned()
+    }
+
+    /// This policy with fields set (or, for `None`, removed) as the file writes them, read and
+    /// validated by the same code as a file; `at` names the endpoint in errors. A window's
+    /// overrides stay as they are, so a window that sets one of these fields keeps its own
+    /// value during the window.
+    pub(crate) fn with_file_values(
+        &self,
+        fields: &[(&FieldKeys, Option<Value>)],
+        at: &FieldPath,
+    ) -> Result<EndpointPolicy, PolicyError> {
+        let mut raw = RawEndpoint::from(self.clone());
+        let windows = std::mem::take(raw.windows_mut());
+        let mut object = object(&raw);
+        for (keys, value) in fields {
+            set_field(&mut object, keys, value.clone());
+        }
+        let mut raw: RawEndpoint = serde_path_to_error::deserialize(Value::Object(object))
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let field = match path.as_str() {
+                    "" | "." => at.clone(),
+                    path => at.field(path),
+                };
+                field.invalid(e.into_inner())
+            })?;
+        *raw.windows_mut() = windows;
+        raw.into_policy(at)
+    }
+}
+
+/// Sets (or, for `None`, removes) the field at `keys` in `table`, making the tables on the way.
+fn set_field(table: &mut Map<String, Value>, keys: &[&str], value: Option<Value>) {
+    match keys {
+        [] => {}
+        [last] => {
+            match value {
+                Some(value) => table.insert((*last).to_owned(), value),
+                None => table.remove(*last),
+            };
+        }
+        [first, rest @ ..] => {
+            let entry = table
+                .entry((*first).to_owned())
+                .or_insert_with(|| Value::Object(Map::new()));
+            if !entry.is_object() {
+                *entry = Value::Object(Map::new());
+            }
+            if let Value::Object(inner) = entry {
+                set_field(inner, rest, value);
+            }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! The rules of each service, and audit records that go with no version.
+//!
+//! A rule is stored as the JSON the API accepted, one row per rule; a change of a rule and
+//! its audit record are written in one transaction, as a publish is with its own.
+
+use super::RuleRow;
+use super::{Backend, NewAudit, Store, StoreError, StoreKind, as_i64};
+
+impl Store {
+    /// The rules of `service`, by name.
+    pub(crate) async fn rules(&self, service: &str) -> Result<Vec<RuleRow>, StoreError> {
+        const SQL: &str =
+            "SELECT name, rule, updated_ms FROM center_rules WHERE service = $1 ORDER BY name";
+        Ok(on_pool!(self, |pool| sqlx::query_as(SQL)
+            .bind(service)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// Writes (or replaces) one rule of the audit's service, with the audit record.
+    pub(crate) async fn put_rule(
+        &self,
+        name: &str,
+        rule: &str,
+        audit: &NewAudit<'_>,
+    ) -> Result<(), StoreError> {
+        const SQL: &str = "INSERT INTO center_rules (service, name, rule, updated_ms)
+            VALUES ($1, $2, $3, $4)
+            ON CONFLICT (service, name) DO UPDATE SET rule = $3, updated_ms = $4";
+        let _turn = self.write_turn().await;
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            sqlx::query(SQL)
+                .bind(audit.service)
+                .bind(name)
+                .bind(rule)
+                .bind(audit.at_ms)
+                .execute(&mut *tx)
+                .await?;
+            insert_audit!(audit).execute(&mut *tx).await?;
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// Deletes one rule of the audit's service, with the audit record; `false` when there
+    /// was no such rule (and no record is written).
+    pub(crate) async fn delete_rule(
+        &self,
+        name: &str,
+        audit: &NewAudit<'_>,
+    ) -> Result<bool, StoreError> {
+        const SQL: &str = "DELETE FROM center_rules WHERE service = $1 AND name = $2";
+        let _turn = self.write_turn().await;
+        let deleted = on_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            let deleted = sqlx::query(SQL)
+                .bind(audit.service)
+                .bind(name)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if deleted > 0 {
+                insert_audit!(audit).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            deleted
+        });
+        Ok(deleted > 0)
+    }
+
+    /// Writes one audit record on its own (a dry-run firing, a revert with nothing left to
+    /// undo).
+    pub(crate) async fn insert_audit(&self, audit: &NewAudit<'_>) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        on_pool!(self, |pool| insert_audit!(audit)
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(())
+    }
+}
