@@ -193,7 +193,15 @@ impl RuleEngine {
     }
 
     fn step(&mut self, index: usize, seen: &Observations, now: Instant) -> Verdict {
-        let room = self.changes.len() + 2 <= self.max_changes_per_hour as usize;
+        // Room for this firing and its revert, after the changes of the last hour and the
+        // reverts the other fired rules still owe (a revert is never refused, so each one
+        // is counted as if it came now).
+        let owed = self
+            .states
+            .iter()
+            .filter(|s| !s.rule.dry_run && matches!(s.phase, Phase::Active { .. }))
+            .count();
+        let room = self.changes.len() + owed + 2 <= self.max_changes_per_hour as usize;
         let state = &mut self.states[index];
         state.before = state.phase;
         let rule = &state.rule;

@@ -285,6 +285,39 @@ fn the_hourly_cap_holds_and_never_blocks_a_revert() {
 }
 
 #[test]
+fn the_hourly_cap_holds_with_several_rules_firing_together() {
+    // Three rules on one condition, a cap of 4: each firing keeps room for its own revert and
+    // for the reverts the others still owe.
+    let text: String = ["a", "b", "c"]
+        .iter()
+        .map(|name| {
+            one_rule_text("0s", "0s", "")
+                .replace("name = \"cdn-504\"", &format!("name = \"{name}\""))
+                .replace("max_changes_per_hour = 6", "")
+        })
+        .collect();
+    let mut engine = RuleEngine::new(rules(&text).rules, 4);
+    let t0 = Instant::now();
+    let mut changes: Vec<Duration> = Vec::new();
+    for s in 0..3 * 3600 {
+        let ratio = if (s / 30) % 2 == 0 { 0.5 } else { 0.0 };
+        for d in engine.decide(&seen(ratio), t0 + secs(s)) {
+            if matches!(d.verdict, Verdict::Fire | Verdict::Revert) {
+                changes.push(secs(s));
+            }
+        }
+    }
+    for (i, &t) in changes.iter().enumerate() {
+        let in_hour = changes[i..]
+            .iter()
+            .take_while(|&&u| u < t + secs(3600))
+            .count();
+        assert!(in_hour <= 4, "{in_hour} changes in the hour from {t:?}");
+    }
+    assert!(changes.len() >= 8, "{changes:?}");
+}
+
+#[test]
 fn a_dry_run_decides_the_same_and_counts_nothing() {
     let set = one_rule("0s", "0s", "dry_run = true");
     let mut engine = RuleEngine::new(set.rules, 2);
