@@ -135,12 +135,14 @@ impl RuleRunner {
             });
         let cap = state.cap.unwrap_or(self.max_changes_per_hour);
         state.engine.set_rules(rules, cap);
-        let decisions = state.engine.decide(seen, now);
+        let changes: Vec<_> = state
+            .engine
+            .decide(seen, now)
+            .into_iter()
+            .filter(|d| matches!(d.verdict, Verdict::Fire | Verdict::Revert))
+            .collect();
         let mut events = Vec::new();
-        for decision in decisions {
-            if !matches!(decision.verdict, Verdict::Fire | Verdict::Revert) {
-                continue;
-            }
+        for (index, decision) in changes.iter().enumerate() {
             let Some(rule) = state
                 .engine
                 .rules()
@@ -149,11 +151,23 @@ impl RuleRunner {
             else {
                 continue;
             };
-            let event = self.carry_out(service, &rule, &decision, state).await?;
-            if event.action == "rule-failed" {
-                state.engine.undo(&rule.name);
+            match self.carry_out(service, &rule, decision, state).await {
+                Ok(event) => {
+                    if event.action == "rule-failed" {
+                        state.engine.undo(&rule.name);
+                    }
+                    events.push(event);
+                }
+                Err(error) => {
+                    // The store failed: this change and the ones after it were not carried
+                    // out. The engine takes them back (they are tried again at the next
+                    // observation, and stop counting toward the cap).
+                    for undone in &changes[index..] {
+                        state.engine.undo(&undone.rule);
+                    }
+                    return Err(error);
+                }
             }
-            events.push(event);
         }
         Ok(events)
     }

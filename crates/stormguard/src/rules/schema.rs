@@ -324,6 +324,17 @@ impl RawCondition {
                 "{exit} is past the enter threshold {enter}: the rule would clear while it still holds"
             )));
         }
+        // Every series is at least 0, and the ratios at most 1: a rule that clears only below
+        // 0 (or above 1) would fire and hold its change for ever.
+        let unreachable = match direction {
+            Direction::Above => exit <= 0.0,
+            Direction::Below => !matches!(series, Series::P99 | Series::Memory) && exit >= 1.0,
+        };
+        if unreachable {
+            return Err(at.field(exit_name).invalid(format!(
+                "no value can clear the rule at {exit}: set `{exit_name}` (the rule clears once the value is past it)"
+            )));
+        }
         Ok(Condition::Series(Threshold {
             series,
             direction,

@@ -123,6 +123,18 @@ fn bad_rules_name_their_field() {
             r#"when = { series = "cpu", above = 0.9, exit_above = 0.5 }"#,
             "rules[0].when.exit_above",
         ),
+        (
+            r#"when = { series = "error_ratio", above = 0.0 }"#,
+            "rules[0].when.exit_below",
+        ),
+        (
+            r#"when = { series = "error_ratio", above = 0.1, exit_below = 0.0 }"#,
+            "rules[0].when.exit_below",
+        ),
+        (
+            r#"when = { series = "cpu", below = 0.5, exit_above = 1.0 }"#,
+            "rules[0].when.exit_above",
+        ),
         (r#"when = { all = [] }"#, "rules[0].when.all"),
         (
             r#"when = { any = [{ series = "cpu", above = 0.9 }, { series = "cpu" }] }"#,
