@@ -154,39 +154,57 @@ fn toml_pieces(text: &str) -> Vec<&str> {
 }
 
 fn toml_document(text: &str) -> Result<RawFile, PolicyError> {
-    let error = |field: String, e: toml::de::Error| PolicyError::Syntax {
-        at: Location::of(text, e.span().map_or(0, |s| s.start)),
-        field,
-        message: bounded(e.message().trim_end()),
-    };
-    let root = toml::de::DeTable::parse(text).map_err(|e| error(String::new(), e))?;
-    serde_path_to_error::deserialize(toml::Deserializer::from(root)).map_err(|e| {
-        let field = path(e.path());
-        error(field, e.into_inner())
-    })
+    deserialize(text, Format::Toml, path)
 }
 
 fn json_raw(text: &str) -> Result<RawFile, PolicyError> {
-    let error = |field: String, e: serde_json::Error| {
-        let message = e.to_string();
-        let suffix = format!(" at line {} column {}", e.line(), e.column());
-        PolicyError::Syntax {
-            at: Location {
-                file: None,
-                line: e.line(),
-                column: e.column(),
-            },
-            field,
-            message: bounded(message.strip_suffix(&suffix).unwrap_or(&message)),
+    deserialize(text, Format::Json, path)
+}
+
+/// `text` in `format` read as `T`: a syntax or shape error is placed at its line and column,
+/// named by `field` (the failing serde path, rendered in the caller's notation) and its
+/// message bounded. The policy files and the rule files both read this way.
+pub(crate) fn deserialize<T: serde::de::DeserializeOwned>(
+    text: &str,
+    format: Format,
+    field: fn(&serde_path_to_error::Path) -> String,
+) -> Result<T, PolicyError> {
+    match format {
+        Format::Toml => {
+            let error = |field: String, e: toml::de::Error| PolicyError::Syntax {
+                at: Location::of(text, e.span().map_or(0, |s| s.start)),
+                field,
+                message: bounded(e.message().trim_end()),
+            };
+            let root = toml::de::DeTable::parse(text).map_err(|e| error(String::new(), e))?;
+            serde_path_to_error::deserialize(toml::Deserializer::from(root)).map_err(|e| {
+                let at = field(e.path());
+                error(at, e.into_inner())
+            })
         }
-    };
-    let mut de = serde_json::Deserializer::from_str(text);
-    let raw = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let field = path(e.path());
-        error(field, e.into_inner())
-    })?;
-    de.end().map_err(|e| error(String::new(), e))?;
-    Ok(raw)
+        Format::Json => {
+            let error = |field: String, e: serde_json::Error| {
+                let message = e.to_string();
+                let suffix = format!(" at line {} column {}", e.line(), e.column());
+                PolicyError::Syntax {
+                    at: Location {
+                        file: None,
+                        line: e.line(),
+                        column: e.column(),
+                    },
+                    field,
+                    message: bounded(message.strip_suffix(&suffix).unwrap_or(&message)),
+                }
+            };
+            let mut de = serde_json::Deserializer::from_str(text);
+            let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+                let at = field(e.path());
+                error(at, e.into_inner())
+            })?;
+            de.end().map_err(|e| error(String::new(), e))?;
+            Ok(value)
+        }
+    }
 }
 
 /// A serde path in the policy's own notation: the endpoint's name quoted and cut, as

@@ -60,7 +60,8 @@ pub use condition::{Condition, Direction, Threshold};
 pub use engine::{Decision, RuleEngine, Verdict};
 pub use observe::{Observations, Series};
 
-use crate::policy::{Location, PolicyError};
+use crate::policy::PolicyError;
+use crate::policy::text::Format;
 use schema::{RawRule, RawSet};
 
 /// The hourly cap on automatic changes per service when a rule set names none.
@@ -149,56 +150,11 @@ impl RuleSet {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Format {
-    Toml,
-    Json,
-}
-
-/// `text` read as `T`, a syntax or shape error placed at its line and column and named by
-/// its field path.
+/// `text` read as `T`, an error placed at its line and column and named by its field path
+/// as serde writes it (`rules[0].when.above`).
 fn parse<T: DeserializeOwned>(text: &str, format: Format) -> Result<T, PolicyError> {
-    let bounded = |m: &str| crate::duration::cut(m, 512);
-    match format {
-        Format::Toml => {
-            let de = toml::Deserializer::parse(text).map_err(|e| PolicyError::Syntax {
-                at: Location::of(text, e.span().map_or(0, |s| s.start)),
-                field: String::new(),
-                message: bounded(e.message().trim_end()),
-            })?;
-            serde_path_to_error::deserialize(de).map_err(|e| {
-                let field = e.path().to_string();
-                let inner = e.into_inner();
-                PolicyError::Syntax {
-                    at: Location::of(text, inner.span().map_or(0, |s| s.start)),
-                    field: if field == "." { String::new() } else { field },
-                    message: bounded(inner.message().trim_end()),
-                }
-            })
-        }
-        Format::Json => {
-            let mut de = serde_json::Deserializer::from_str(text);
-            let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-                let field = e.path().to_string();
-                let inner = e.into_inner();
-                json_error(field, &inner)
-            })?;
-            de.end().map_err(|e| json_error(String::new(), &e))?;
-            Ok(value)
-        }
-    }
-}
-
-fn json_error(field: String, e: &serde_json::Error) -> PolicyError {
-    let message = e.to_string();
-    let suffix = format!(" at line {} column {}", e.line(), e.column());
-    PolicyError::Syntax {
-        at: Location {
-            file: None,
-            line: e.line(),
-            column: e.column(),
-        },
-        field: if field == "." { String::new() } else { field },
-        message: crate::duration::cut(message.strip_suffix(&suffix).unwrap_or(&message), 512),
-    }
+    crate::policy::text::deserialize(text, format, |path| {
+        let field = path.to_string();
+        if field == "." { String::new() } else { field }
+    })
 }
