@@ -12,12 +12,10 @@ use serde_json::Value;
 
 #[path = "support/run.rs"]
 mod run;
-use run::stormguard;
+use run::{json_rows as advice, stormguard};
 
 fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stormguard-advise-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    run::temp_path("advise", name)
 }
 
 /// 10,000 latencies in ms whose P999 (nearest rank 9,990) is exactly `p999`: a seeded
@@ -57,20 +55,6 @@ fn exposition(samples: &[u64], labels: &str, scale: u64) -> String {
         samples.len() as u64 * scale
     ));
     text
-}
-
-fn advice(args: &[&str]) -> Vec<Value> {
-    let o = stormguard(args);
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_str::<Value>(&String::from_utf8(o.stdout).unwrap())
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .clone()
 }
 
 #[test]

@@ -12,18 +12,13 @@ use stormguard::policy::PolicyFile;
 
 #[path = "support/run.rs"]
 mod run;
-use run::stormguard;
+use run::{json_rows as json, stormguard};
 
 /// 2026-03-01T00:00:00Z.
 const MIDNIGHT: u64 = 1_772_323_200;
 
 fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "stormguard-advise-timed-test-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    run::temp_path("advise-timed", name)
 }
 
 /// A seeded linear congruential stream in `lo..hi`.
@@ -94,16 +89,6 @@ fn stress_csv(endpoint: &str) -> PathBuf {
     let path = temp(&format!("stress-{}.csv", endpoint.len()));
     std::fs::write(&path, text).unwrap();
     path
-}
-
-fn json(args: &[&str]) -> Vec<Value> {
-    let o = stormguard(args);
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).unwrap()
 }
 
 #[test]

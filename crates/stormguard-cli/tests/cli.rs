@@ -25,9 +25,7 @@ fn json(args: &[&str]) -> Vec<Value> {
 }
 
 fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stormguard-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
+    run::temp_path("cli", name)
 }
 
 /// Each `(arguments, flag)` exits with status 2, prints nothing on stdout, and names the flag.
