@@ -267,3 +267,31 @@ fn an_entry_without_traffic_sends_nothing_and_a_too_fine_bin_is_refused() {
         "{refused}"
     );
 }
+
+#[test]
+fn a_breaker_held_open_by_the_policy_sends_nothing_to_the_downstream() {
+    let held = |isolated: bool| {
+        graph(&format!(
+            r#"
+            [services.web.endpoints."GET /"]
+            requests_per_sec = 10
+            [[services.web.endpoints."GET /".calls]]
+            to = "cdn"
+            endpoint = "GET /img"
+            policy = {{ retry = {{ max_attempts = 3 }}, breaker = {{ count = 20, isolated = {isolated} }} }}
+
+            [services.cdn.endpoints."GET /img"]
+            "#
+        ))
+    };
+    let cfg = WhatIfConfig {
+        duration: Duration::from_secs(10),
+        ..WhatIfConfig::default()
+    };
+    let open = simulate(&held(true), &cfg);
+    assert_eq!(open.service("cdn").map(|s| s.requests), Some(0));
+    assert_eq!(open.entry_success_rate, 0.0);
+    let closed = simulate(&held(false), &cfg);
+    assert_eq!(closed.service("cdn").map(|s| s.requests), Some(100));
+    assert_eq!(closed.entry_success_rate, 1.0);
+}

@@ -17,6 +17,11 @@
 //! | adaptive throttle (its request and accept counts) | `throttle` |
 //! | latency window of a percentile hedge | `hedge` percentile, when there is no breaker |
 //!
+//! A breaker is held open while the policy in force says `breaker.isolated` (an operator or
+//! a rule of the policy center knows the downstream is down), and closed again, with an empty
+//! window, by the first policy in force that no longer does: [`Endpoint::hold_breaker`], once
+//! the new policies are in use (never while they are only being checked).
+//!
 //! A changed retry policy, timeouts, hedging or propagation takes effect for the next call;
 //! a call in flight finishes on the policy it started with.
 //!
@@ -27,7 +32,7 @@
 
 use std::sync::Arc;
 
-use stormguard::breaker::CircuitBreaker;
+use stormguard::breaker::{BreakerState, CircuitBreaker};
 use stormguard::budget::{RetryBudget, Unlimited};
 use stormguard::clock::Clock;
 use stormguard::deadline::WallClock;
@@ -59,6 +64,23 @@ pub(crate) struct Endpoint<O> {
     pub(crate) window: Option<Arc<HealthWindow>>,
     pub(crate) retrier: EndpointRetrier<O>,
     pub(crate) hedger: Option<Hedger<Arc<dyn RetryBudget>>>,
+}
+
+impl<O: Observer> Endpoint<O> {
+    /// Holds the breaker open while the policy says `breaker.isolated`, and closes it when
+    /// it is held open and the policy no longer says so. Called once the table holding this
+    /// endpoint is in use.
+    pub(crate) fn hold_breaker(&self) {
+        let Some(breaker) = &self.breaker else {
+            return;
+        };
+        let held = breaker.state() == BreakerState::Isolated;
+        if self.policy.breaker_isolated() && !held {
+            breaker.isolate();
+        } else if !self.policy.breaker_isolated() && held {
+            breaker.reset();
+        }
+    }
 }
 
 /// What every endpoint of one stack is built with.

@@ -59,6 +59,23 @@ pub(crate) struct Table<O> {
     pub(crate) next_edge: Option<SystemTime>,
 }
 
+impl<O: Observer> Table<O> {
+    /// Puts the table in use: `cell` holds it, and each breaker is held open or let go as
+    /// its policy in force says (only now, so that a table checked and thrown away changes
+    /// no breaker).
+    fn put_in(self, cell: &ArcSwap<Table<O>>) {
+        let table = Arc::new(self);
+        cell.store(Arc::clone(&table));
+        table.hold_breakers();
+    }
+
+    fn hold_breakers(&self) {
+        for endpoint in self.by_name.values().chain([&self.default]) {
+            endpoint.hold_breaker();
+        }
+    }
+}
+
 impl<O> Table<O> {
     /// The endpoint a request follows: the most specific matching route, else the default.
     pub(crate) fn pick(
@@ -133,9 +150,11 @@ impl<O: Observer> Policies<O> {
         let now = builder.wall.now();
         let table = build_table(&builder, &source, None, now)?;
         let status = StatusCell::new(table.version);
+        let cell = ArcSwap::from_pointee(table);
+        cell.load().hold_breakers();
         Ok(Policies {
             inner: Arc::new(LiveInner {
-                table: ArcSwap::from_pointee(table),
+                table: cell,
                 builder,
                 single,
                 swapping: Mutex::new(()),
@@ -191,8 +210,7 @@ impl<O: Observer> Policies<O> {
         };
         let old = self.inner.table.load_full();
         let now = self.inner.builder.wall.now();
-        let table = build_table(&self.inner.builder, &source, Some(&old), now)?;
-        self.inner.table.store(Arc::new(table));
+        build_table(&self.inner.builder, &source, Some(&old), now)?.put_in(&self.inner.table);
         Ok(())
     }
 
@@ -217,7 +235,7 @@ impl<O: Observer> Policies<O> {
                     next_edge = ?table.next_edge,
                     "stormguard policies: a time window started or ended"
                 );
-                self.inner.table.store(Arc::new(table));
+                table.put_in(&self.inner.table);
             }
             // The policies were valid when swapped in and a window's policy is checked with
             // them, so this cannot fail; if it did, keep calling by the policies in use and

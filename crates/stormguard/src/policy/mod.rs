@@ -30,6 +30,10 @@
 //! budget = { kind = "ratio", retry_ratio = 0.2, ttl = "10s" }
 //! ```
 //!
+//! `breaker = { …, isolated = true }` holds the breaker open: nothing reaches the downstream
+//! and the fallback answers where one is set, until a policy without it is applied (an
+//! operator's switch, or a rule of the policy center for a downstream known to be down).
+//!
 //! Durations are written as `"250ms"`, `"1s"`, `"1.5s"` (see [`crate::duration`]). JSON files
 //! have the same shape. Unknown fields are errors, so a typo cannot silently fall back to a
 //! default.
@@ -60,6 +64,7 @@
 //! the days clocks change (a skipped or a repeated hour) is told at [`Schedule`]: an edge is
 //! the first instant the zone's clock reads its time or later.
 
+mod breaker;
 mod budget;
 pub mod diff;
 mod error;
@@ -122,6 +127,7 @@ pub struct EndpointPolicy {
     overall_timeout: Option<Duration>,
     budget: Option<BudgetSpec>,
     breaker: Option<BreakerConfig>,
+    breaker_isolated: bool,
     throttle: Option<ThrottleConfig>,
     propagation: Propagation,
     fallback: Fallback,
@@ -206,6 +212,7 @@ impl EndpointPolicy {
             overall_timeout: None,
             budget: None,
             breaker: None,
+            breaker_isolated: false,
             throttle: None,
             propagation: Propagation {
                 reserve: Reserve::NONE,
@@ -252,6 +259,32 @@ impl EndpointPolicy {
     /// A circuit breaker every attempt goes through.
     pub const fn with_breaker(mut self, breaker: BreakerConfig) -> Self {
         self.breaker = Some(breaker);
+        self
+    }
+
+    /// Holds the breaker open (`breaker.isolated = true` in a file): every call is refused
+    /// without reaching the downstream, and answered by the fallback where one is set, until
+    /// a policy without it is applied — then the breaker closes with an empty window. For an
+    /// operator or a rule that knows the downstream is down. Needs a breaker
+    /// ([`with_breaker`](Self::with_breaker)); [`validate`](Self::validate) refuses it
+    /// without one.
+    ///
+    /// ```
+    /// use stormguard::breaker::BreakerConfig;
+    /// use stormguard::health::HealthConfig;
+    /// use stormguard::policy::EndpointPolicy;
+    /// use stormguard::retry::RetryPolicy;
+    ///
+    /// let held = EndpointPolicy::new(RetryPolicy::new(1))
+    ///     .with_breaker(BreakerConfig::new(HealthConfig::count(20)))
+    ///     .with_breaker_isolated(true);
+    /// held.validate()?;
+    /// assert!(held.breaker_isolated());
+    /// assert!(EndpointPolicy::new(RetryPolicy::new(1)).with_breaker_isolated(true).validate().is_err());
+    /// # Ok::<(), stormguard::policy::PolicyError>(())
+    /// ```
+    pub const fn with_breaker_isolated(mut self, isolated: bool) -> Self {
+        self.breaker_isolated = isolated;
         self
     }
 
@@ -348,6 +381,11 @@ impl EndpointPolicy {
     /// The circuit breaker.
     pub const fn breaker(&self) -> Option<&BreakerConfig> {
         self.breaker.as_ref()
+    }
+
+    /// Whether the breaker is held open ([`with_breaker_isolated`](Self::with_breaker_isolated)).
+    pub const fn breaker_isolated(&self) -> bool {
+        self.breaker_isolated
     }
 
     /// The adaptive throttle.

@@ -79,6 +79,11 @@ pub(super) fn check(policy: &EndpointPolicy, at: &FieldPath) -> Result<(), Polic
         breaker
             .validate()
             .map_err(|e| config_error(&at.field("breaker"), e))?;
+    } else if policy.breaker_isolated {
+        return Err(at
+            .field("breaker")
+            .field("isolated")
+            .invalid("there is no breaker to hold open: give the endpoint a `breaker`"));
     }
     if let Some(throttle) = &policy.throttle {
         throttle

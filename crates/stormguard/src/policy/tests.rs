@@ -320,3 +320,43 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_held_breaker_is_read_written_back_only_when_held_and_needs_a_breaker() {
+    let held = PolicyFile::from_toml(
+        "[endpoints.\"GET /img/*\"]\nbreaker = { count = 20, isolated = true }\n",
+    )
+    .expect("valid");
+    let policy = held.endpoint("GET /img/*").expect("endpoint");
+    assert!(policy.breaker_isolated());
+    assert!(
+        held.to_toml().contains("isolated = true"),
+        "{}",
+        held.to_toml()
+    );
+    assert_eq!(PolicyFile::from_toml(&held.to_toml()), Ok(held.clone()));
+    assert_eq!(PolicyFile::from_json(&held.to_json()), Ok(held.clone()));
+
+    let free = PolicyFile::from_toml("[endpoints.\"GET /img/*\"]\nbreaker = { count = 20 }\n")
+        .expect("valid");
+    assert!(
+        !free
+            .endpoint("GET /img/*")
+            .expect("endpoint")
+            .breaker_isolated()
+    );
+    assert!(
+        !free.to_toml().contains("isolated"),
+        "written only when held"
+    );
+    assert_ne!(free, held);
+
+    let in_code = EndpointPolicy::new(RetryPolicy::new(1)).with_breaker_isolated(true);
+    match in_code.validate() {
+        Err(PolicyError::Invalid { field, rule, .. }) => {
+            assert_eq!(field, "breaker.isolated");
+            assert!(rule.contains("no breaker"), "{rule}");
+        }
+        other => panic!("expected the missing breaker named, got {other:?}"),
+    }
+}

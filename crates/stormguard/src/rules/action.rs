@@ -30,9 +30,9 @@ pub enum TimeoutField {
 
 /// One change a firing rule makes to its endpoint's policy.
 ///
-/// Forcing the breaker open is not an action: the policy has no field for it today. Setting
-/// [`Fallback::Always`] answers every call from the fallback without calling the downstream,
-/// which is what a forced-open breaker with a fallback would do.
+/// [`Action::IsolateBreaker`] holds the endpoint's breaker open (it needs a breaker);
+/// [`Fallback::Always`] answers every call from the fallback without calling the downstream
+/// whether or not there is a breaker.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
     /// Sets `retry.max_attempts` (1 = no retries: the first attempt only).
@@ -43,6 +43,8 @@ pub enum Action {
     Budget(BudgetSpec),
     /// Sets when the stack answers from its fallback (`always` switches the endpoint over).
     Fallback(Fallback),
+    /// Holds the breaker open (`true`) or lets it work again (`false`): `breaker.isolated`.
+    IsolateBreaker(bool),
 }
 
 impl Action {
@@ -57,6 +59,7 @@ impl Action {
             },
             Action::Budget(_) => &["budget"],
             Action::Fallback(_) => &["fallback"],
+            Action::IsolateBreaker(_) => &["breaker", "isolated"],
         }
     }
 
@@ -66,6 +69,7 @@ impl Action {
             Action::Timeout(_, d) => Value::from(format_duration(*d)),
             Action::Budget(b) => serde_json::to_value(b).unwrap_or(Value::Null),
             Action::Fallback(f) => serde_json::to_value(f).unwrap_or(Value::Null),
+            Action::IsolateBreaker(held) => Value::from(*held),
         }
     }
 
@@ -113,6 +117,12 @@ pub fn apply(
 ) -> Result<(PolicyFile, Vec<FieldEdit>), PolicyError> {
     let at = FieldPath::endpoint(endpoint);
     let policy = endpoint_policy(file, endpoint, &at)?;
+    if policy.breaker().is_none() && actions.contains(&Action::IsolateBreaker(true)) {
+        return Err(at
+            .field("breaker")
+            .field("isolated")
+            .invalid("the endpoint has no breaker for the rule to hold open"));
+    }
     let fields: Vec<_> = actions
         .iter()
         .map(|a| (a.field(), Some(a.value())))

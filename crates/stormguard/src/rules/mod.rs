@@ -34,10 +34,11 @@
 //! Thresholds: ratios (`error_ratio`, `cpu`) are fractions 0..=1, `p99` a duration, `memory`
 //! bytes. Other actions: `{ set = "timeout", which = "overall", value = "2s" }` (`connect`,
 //! `per_try`, `overall`), `{ set = "budget", budget = { kind = "grpc", max_tokens = 5,
-//! token_ratio = 0.1 } }` (the budget replaced whole). The file is read by
-//! [`RuleSet::from_toml`] and [`RuleSet::from_json`] (the same shape); every error names its
-//! field. Forcing a breaker open is not an action: policies have no field for it;
-//! `fallback = "always"` serves the same purpose where a fallback is installed.
+//! token_ratio = 0.1 } }` (the budget replaced whole), `{ set = "breaker", isolated = true }`
+//! (holds the endpoint's breaker open: every call refused without reaching the downstream,
+//! and answered by the fallback where one is set; the endpoint needs a `breaker`). The file
+//! is read by [`RuleSet::from_toml`] and [`RuleSet::from_json`] (the same shape); every error
+//! names its field.
 //!
 //! What to do at each instant is decided by [`RuleEngine`], a pure state machine over
 //! observations and an instant given by the caller; applying an action to a policy and

@@ -119,6 +119,9 @@ enum RawAction {
     Fallback {
         fallback: Fallback,
     },
+    Breaker {
+        isolated: bool,
+    },
 }
 
 impl RawSet {
@@ -417,6 +420,7 @@ impl RawAction {
                 Ok(Action::Budget(*budget))
             }
             RawAction::Fallback { fallback } => Ok(Action::Fallback(*fallback)),
+            RawAction::Breaker { isolated } => Ok(Action::IsolateBreaker(*isolated)),
         }
     }
 }

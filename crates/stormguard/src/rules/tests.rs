@@ -542,3 +542,38 @@ fn apply_and_revert_keep_an_endpoints_windows() {
     let (back, _) = revert(&fired, EP, &edits).unwrap();
     assert_eq!(back.unwrap(), file);
 }
+
+#[test]
+fn a_rule_holds_the_breaker_open_and_its_revert_lets_go() {
+    let set = rules(
+        r#"
+        [[rules]]
+        name = "cdn-down"
+        service = "web"
+        endpoint = "GET /img/*"
+        when = { series = "error_ratio", code = 504, above = 0.5, exit_below = 0.02 }
+        actions = [{ set = "breaker", isolated = true }]
+        "#,
+    );
+    assert_eq!(set.rules[0].actions, vec![Action::IsolateBreaker(true)]);
+
+    let with_breaker = format!("{POLICY}breaker = {{ count = 20 }}\n");
+    let file = PolicyFile::from_toml(&with_breaker).unwrap();
+    let (fired, edits) = apply(&file, EP, &set.rules[0].actions).unwrap();
+    assert!(fired.endpoint(EP).unwrap().breaker_isolated());
+    assert_eq!(edits.len(), 1);
+    assert_eq!(edits[0].field, "breaker.isolated");
+    assert_eq!(edits[0].before, None);
+    let (back, _) = revert(&fired, EP, &edits).unwrap();
+    assert_eq!(back.unwrap(), file, "the revert lets the breaker go");
+
+    // Without a breaker there is nothing to hold open: refused, naming the field.
+    let bare = PolicyFile::from_toml(POLICY).unwrap();
+    match apply(&bare, EP, &set.rules[0].actions) {
+        Err(PolicyError::Invalid { field, rule, .. }) => {
+            assert_eq!(field, "endpoints.\"GET /img/*\".breaker.isolated");
+            assert!(rule.contains("no breaker"), "{rule}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}

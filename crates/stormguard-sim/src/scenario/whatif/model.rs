@@ -262,6 +262,10 @@ impl Model {
                                     InvalidParam::new("graph", format!("{}: {e}", call.field))
                                 })?
                                 .with_seed(crate::rng::stream_id(&[seed, edges.len() as u64]));
+                            // Held open for the whole run (`breaker.isolated`).
+                            if policy.breaker_isolated() {
+                                breaker.isolate();
+                            }
                             Some(Arc::new(breaker))
                         }
                         None => None,
