@@ -276,7 +276,7 @@ impl EndpointPolicy {
     /// use stormguard::retry::RetryPolicy;
     ///
     /// let held = EndpointPolicy::new(RetryPolicy::new(1))
-    ///     .with_breaker(BreakerConfig::new(HealthConfig::count(20)))
+    ///     .with_breaker(BreakerConfig::new(HealthConfig::count(20)).with_minimum_throughput(10))
     ///     .with_breaker_isolated(true);
     /// held.validate()?;
     /// assert!(held.breaker_isolated());
