@@ -127,9 +127,10 @@ impl fmt::Debug for AdaptiveLimitBuilder {
 
 impl AdaptiveLimitBuilder {
     /// A queue of at most `capacity` requests waiting for a slot (0: no queue, shed at once);
-    /// a request waits at most `interval`, or only `target` while the queue has not been empty
-    /// for `interval` (a standing queue, served newest first); neither longer than the
-    /// limiter's round trips allow (see [the queue](super#the-queue)).
+    /// a request waits at most `interval`, or only `target` while the queue stands (until
+    /// `interval` after a waiter was seen waiting `target` or its whole patience; served newest
+    /// first); neither longer than the limiter's round trips allow (see
+    /// [the queue](super#the-queue)).
     pub fn with_queue(mut self, capacity: usize, target: Duration, interval: Duration) -> Self {
         self.queue = QueueConfig {
             capacity,
@@ -175,7 +176,7 @@ impl AdaptiveLimitBuilder {
         }
         Ok(AdaptiveLimitLayer {
             shared: Arc::new(Shared {
-                queue: WaitQueue::new(self.queue, clock.now()),
+                queue: WaitQueue::new(self.queue),
                 queue_config: self.queue,
                 limiter,
                 counters: LimitCounters::default(),

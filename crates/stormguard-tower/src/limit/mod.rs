@@ -31,10 +31,11 @@
 //! # The queue
 //!
 //! From Facebook's "Fail at Scale" (CoDel for RPC queues, after Nichols & Jacobson): a queue
-//! that has been empty in the last `interval` (100 ms) is absorbing a burst, and a request may
-//! wait up to `interval`; one that has not is a standing queue, and a request may wait only
-//! `target` (5 ms). While the queue stands, the newest waiter is served first (adaptive LIFO):
-//! the oldest are the likeliest to have been given up on by their callers. An admitted
+//! absorbing a burst lets a request wait up to `interval` (100 ms); a standing queue, one
+//! whose waiters are seen waiting long (their whole patience, or CoDel's `target` of 5 ms),
+//! only `target`, and serves the newest waiter first (adaptive LIFO): the oldest are the
+//! likeliest to have been given up on by their callers. A finished request's slot goes
+//! straight to the waiter the queue picks, so no newcomer overtakes the waiters. An admitted
 //! request waits about one no-load round trip at most, in front of the limit and behind it
 //! together: the queue gets `2 × no-load − expected` of the limiter's round trips
 //! ([`Limiter::no_load_rtt`](stormguard::limit::Limiter::no_load_rtt), known to Vegas), or
@@ -71,6 +72,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Either;
 use stormguard::classify::Outcome;
 use stormguard::limit::{Limiter, Ticket};
+use tokio::sync::oneshot;
 use tower_service::Service;
 
 use crate::deadline::IncomingDeadline;
@@ -122,7 +124,7 @@ struct Slot {
 impl Slot {
     fn finish(mut self, outcome: Outcome) {
         if let Some(ticket) = self.ticket.take() {
-            give_back(&self.shared, ticket, outcome);
+            give_back(&self.shared, ticket, Some(outcome));
         }
     }
 }
@@ -130,21 +132,39 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         if let Some(ticket) = self.ticket.take() {
-            give_back(&self.shared, ticket, Outcome::InDoubt);
+            give_back(&self.shared, ticket, Some(Outcome::InDoubt));
         }
     }
 }
 
-fn give_back(shared: &Shared, ticket: Ticket, outcome: Outcome) {
-    let at = now();
-    shared.limiter.release(ticket, at, outcome);
-    shared.queue.wake_one(at);
+/// Gives a slot back, to the next waiter if there is one; `outcome` `None`: the request did
+/// not run, and its slot's time says nothing.
+fn give_back(shared: &Shared, ticket: Ticket, outcome: Option<Outcome>) {
+    shared
+        .queue
+        .give_back(&shared.limiter, ticket, now(), outcome);
     #[cfg(feature = "metrics")]
     {
         metrics::gauge!(crate::metric_names::CONCURRENCY_LIMIT)
             .set(f64::from(shared.limiter.limit()));
         metrics::gauge!(crate::metric_names::CONCURRENCY_IN_FLIGHT)
             .set(f64::from(shared.limiter.in_flight()));
+    }
+}
+
+/// A request's place in the queue, for as long as it waits: a slot handed to it after it
+/// stopped waiting (it was shed, or its caller left) goes on to the next waiter.
+struct Waiting<'a> {
+    shared: &'a Shared,
+    slot: oneshot::Receiver<Ticket>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.slot.close();
+        if let Ok(ticket) = self.slot.try_recv() {
+            give_back(self.shared, ticket, None);
+        }
     }
 }
 
@@ -169,41 +189,39 @@ fn outcome_of(status: StatusCode) -> Outcome {
 
 /// Waits in the queue for a slot; `Err` is why the request is shed.
 async fn wait_for_slot(
-    shared: &Arc<Shared>,
+    shared: &Shared,
     partition: usize,
     arrived: Instant,
     deadline: Option<&IncomingDeadline>,
 ) -> Result<Ticket, ShedReason> {
-    let rtt = |limiter: &Limiter| (limiter.expected_rtt(), limiter.no_load_rtt());
-    let (expected, no_load) = rtt(&shared.limiter);
-    let Some(place) = shared.queue.join(arrived, expected, no_load) else {
+    let limiter = &shared.limiter;
+    let (expected, no_load) = (limiter.expected_rtt(), limiter.no_load_rtt());
+    let Some(place) = shared.queue.join(arrived, partition, expected, no_load) else {
         return Err(ShedReason::QueueFull);
     };
-    let give_up = tokio::time::Instant::from_std(arrived + place.patience);
-    let mut wake = place.wake;
-    loop {
-        // A slot given back between the refusal and joining the queue woke nobody: look again.
-        if let Ok(ticket) = shared.limiter.try_acquire(partition, now()) {
-            return Ok(ticket);
-        }
-        match tokio::time::timeout_at(give_up, &mut wake).await {
-            Ok(Ok(())) => {
-                if too_close(shared, deadline.map(|d| d.deadline.remaining())) {
-                    return Err(ShedReason::Deadline);
-                }
-                if let Ok(ticket) = shared.limiter.try_acquire(partition, now()) {
-                    return Ok(ticket);
-                }
-                // Another request took the slot first: queue again with the patience left.
-                let (expected, no_load) = rtt(&shared.limiter);
-                let Some(again) = shared.queue.join(now(), expected, no_load) else {
-                    return Err(ShedReason::QueueFull);
-                };
-                wake = again.wake;
-            }
-            _ => return Err(ShedReason::QueueTimeout),
-        }
+    let mut waiting = Waiting {
+        shared,
+        slot: place.slot,
+    };
+    // A slot given back between the refusal and joining the queue went to nobody: look again.
+    if let Ok(ticket) = limiter.try_acquire(partition, now()) {
+        return Ok(ticket);
     }
+    let give_up = tokio::time::Instant::from_std(arrived + place.patience);
+    let ticket = match tokio::time::timeout_at(give_up, &mut waiting.slot).await {
+        Ok(Ok(ticket)) => ticket,
+        // The queue let the waiter go without a slot: it does not while the layer lives.
+        Ok(Err(_)) => return Err(ShedReason::QueueTimeout),
+        Err(_) => {
+            shared.queue.gave_up(now());
+            return Err(ShedReason::QueueTimeout);
+        }
+    };
+    if too_close(shared, deadline.map(|d| d.deadline.remaining())) {
+        give_back(shared, ticket, None);
+        return Err(ShedReason::Deadline);
+    }
+    Ok(ticket)
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for AdaptiveLimit<S>

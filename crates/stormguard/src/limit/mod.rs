@@ -47,7 +47,9 @@
 //! feeds the window's [`WindowSample`] to the algorithm and publishes the new limit. Requests
 //! may be split into partitions with guaranteed shares ([`LimiterConfig::with_partitions`], as
 //! Netflix's partitioned limiter: a partition under its share is admitted even when the total
-//! is at the limit; one over its share only while the total is under it).
+//! is at the limit; one over its share only while the total is under it). A queue in front of
+//! the limiter hands a finished request's slot straight to a waiting one with
+//! [`Limiter::pass_on`]: the slot never comes free, so no newcomer overtakes the waiters.
 //!
 //! Time is passed in (`now`), read by the caller from an injected [`Clock`]: tests drive a
 //! limiter with a [`ManualClock`](crate::clock::ManualClock), the simulator with its virtual
@@ -347,10 +349,7 @@ impl Limiter {
     pub fn try_acquire(&self, partition: usize, now: Instant) -> Result<Ticket, LimitExceeded> {
         let limit = self.limit.load(Ordering::Relaxed);
         let part = self.partitions.get(partition);
-        let guaranteed = part.is_some_and(|p| {
-            let share = (f64::from(limit) * p.share).ceil() as u32;
-            p.in_flight.load(Ordering::Relaxed) < share
-        });
+        let guaranteed = under_share(part, limit);
         let admitted = self
             .in_flight
             .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
@@ -378,10 +377,74 @@ impl Limiter {
     #[inline]
     pub fn release(&self, ticket: Ticket, now: Instant, outcome: Outcome) {
         self.give_back(ticket.partition);
+        self.record(ticket.start, now, outcome);
+    }
+
+    /// Gives the slot of a finished request straight to a waiting one in `partition` at
+    /// `now`, without the slot ever being free: a request arriving meanwhile cannot take it.
+    /// A queue in front of the limiter hands its slots over this way, so that no newcomer
+    /// overtakes its waiters.
+    ///
+    /// `ticket`'s round trip is recorded as [`Limiter::release`] records it, or not at all
+    /// with `outcome` `None` (as [`Limiter::forget`]: the request did not run). The waiting
+    /// request gets a ticket timed from `now`: its round trip, like every other, is its time
+    /// in the server after admission, which is where the queue behind the limit shows. When
+    /// it may not be admitted (the limit was lowered to the requests in flight or below, and
+    /// its partition is not under its share), the slot is given back instead and the answer
+    /// is `None`.
+    ///
+    /// ```
+    /// use stormguard::classify::Outcome;
+    /// use stormguard::clock::ManualClock;
+    /// use stormguard::limit::{Aimd, Limiter, LimiterConfig};
+    ///
+    /// let clock = ManualClock::new().clock();
+    /// let limiter = Limiter::new(LimiterConfig::new(Aimd::new().with_limits(1, 1, 1)), &clock)?;
+    /// let running = limiter.try_acquire(0, clock.now()).unwrap();
+    /// let next = limiter.pass_on(running, clock.now(), Some(Outcome::Success), 0).unwrap();
+    /// assert!(limiter.try_acquire(0, clock.now()).is_err(), "the slot went to the waiter");
+    /// limiter.release(next, clock.now(), Outcome::Success);
+    /// assert_eq!(limiter.in_flight(), 0);
+    /// # Ok::<(), stormguard::health::InvalidConfig>(())
+    /// ```
+    pub fn pass_on(
+        &self,
+        ticket: Ticket,
+        now: Instant,
+        outcome: Option<Outcome>,
+        partition: usize,
+    ) -> Option<Ticket> {
+        if let Some(p) = self.partitions.get(ticket.partition as usize) {
+            p.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+        let limit = self.limit.load(Ordering::Relaxed);
+        let part = self.partitions.get(partition);
+        let others = self.in_flight.load(Ordering::Relaxed).saturating_sub(1);
+        let handed = if others < limit || under_share(part, limit) {
+            if let Some(p) = part {
+                p.in_flight.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(Ticket {
+                start: now,
+                partition: partition as u32,
+            })
+        } else {
+            self.in_flight.fetch_sub(1, Ordering::Release);
+            None
+        };
+        if let Some(outcome) = outcome {
+            self.record(ticket.start, now, outcome);
+        }
+        handed
+    }
+
+    /// Records the round trip of a request admitted at `start` and finished at `now`.
+    #[inline]
+    fn record(&self, start: Instant, now: Instant, outcome: Outcome) {
         if matches!(outcome, Outcome::InDoubt | Outcome::Overloaded { .. }) {
             self.drops.fetch_add(1, Ordering::Relaxed);
         }
-        let rtt = now.saturating_duration_since(ticket.start);
+        let rtt = now.saturating_duration_since(start);
         let rtt_ns = rtt
             .as_secs()
             .saturating_mul(1_000_000_000)
@@ -460,6 +523,15 @@ impl Limiter {
         });
         self.no_load_ns.store(no_load, Ordering::Relaxed);
     }
+}
+
+/// Whether `part` holds less than its share of `limit` (no partition: no share).
+#[inline]
+fn under_share(part: Option<&Partition>, limit: u32) -> bool {
+    part.is_some_and(|p| {
+        let share = (f64::from(limit) * p.share).ceil() as u32;
+        p.in_flight.load(Ordering::Relaxed) < share
+    })
 }
 
 /// `length` after `from`; a length past what an instant can hold is a window of about 136

@@ -431,3 +431,59 @@ fn a_window_below_its_minimum_of_samples_closes_after_one_round_of_the_limit() {
     let limits: Vec<u32> = trace.iter().map(|&(_, l, _)| l).collect();
     assert_eq!(limits[..4], [1, 2, 4, 8], "{trace:?}");
 }
+
+#[test]
+fn a_slot_passed_on_never_comes_free_and_the_next_round_trip_starts_at_the_hand_over() {
+    let ms = Duration::from_millis;
+    let (manual, l) =
+        limiter(LimiterConfig::new(Aimd::new().with_limits(1, 1, 1)).with_window(ms(100), 2));
+    let clock = manual.clock();
+    let first = l.try_acquire(0, clock.now()).expect("room");
+    // A request waits in a queue in front of the limiter while the first runs 10 ms.
+    manual.advance(ms(10));
+    let second = l
+        .pass_on(first, clock.now(), Some(Outcome::Success), 0)
+        .expect("handed over");
+    assert_eq!(l.in_flight(), 1);
+    assert!(
+        l.try_acquire(0, clock.now()).is_err(),
+        "a newcomer cannot take the slot"
+    );
+    manual.advance(ms(100));
+    l.release(second, clock.now(), Outcome::Success);
+    // The window saw both round trips, each from its admission: 10 ms and 100 ms.
+    assert_eq!(l.expected_rtt(), Some(ms(55)));
+    assert_eq!(l.in_flight(), 0);
+}
+
+#[test]
+fn a_slot_is_given_back_instead_when_the_limit_fell_below_the_requests_in_flight() {
+    let ms = Duration::from_millis;
+    let (manual, l) = limiter(
+        LimiterConfig::new(Aimd::new().with_limits(1, 4, 4).with_backoff_ratio(0.5))
+            .with_window(ms(100), 1),
+    );
+    let clock = manual.clock();
+    let mut tickets: Vec<_> = (0..4)
+        .map(|_| l.try_acquire(0, clock.now()).expect("room"))
+        .collect();
+    manual.advance(ms(100));
+    // A drop closes the window: the limit halves to 2 with 3 still in flight.
+    l.release(tickets.remove(0), clock.now(), Outcome::InDoubt);
+    assert_eq!((l.limit(), l.in_flight()), (2, 3));
+    let passed = l.pass_on(tickets.remove(0), clock.now(), None, 0);
+    assert!(
+        passed.is_none(),
+        "two others in flight: no room for a waiter"
+    );
+    assert_eq!(l.in_flight(), 2);
+    // At the limit's level again, the next finished request's slot goes on.
+    let next = l
+        .pass_on(tickets.remove(0), clock.now(), None, 0)
+        .expect("one other in flight, under the limit of 2");
+    assert_eq!(l.in_flight(), 2);
+    for t in tickets.into_iter().chain([next]) {
+        l.forget(t);
+    }
+    assert_eq!(l.in_flight(), 0);
+}
