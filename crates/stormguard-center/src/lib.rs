@@ -65,6 +65,9 @@
 //! | `GET /openapi.json` | none | the OpenAPI 3.1 document of this API |
 //! | `GET /healthz` | none | `ok` |
 //!
+//! The same server answers people at `/ui`: the dashboard (sign-in with a token of any role
+//! but `instance`; see its module for what it shows and how its forms are protected).
+//!
 //! # Example
 //!
 //! ```no_run
@@ -84,6 +87,7 @@
 
 mod api;
 mod auth;
+mod dashboard;
 mod error;
 pub mod fanout;
 mod hub;

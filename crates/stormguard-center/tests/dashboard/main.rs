@@ -1,0 +1,386 @@
+//! The dashboard in a real browser: Debian's chromium, headless, driven through chromedriver,
+//! against a real center on SQLite on 127.0.0.1 with a real instance (the one-stack client
+//! fed by `CenterWatch`) watching it and acknowledging what it applies.
+//!
+//! Sign in, read a service, publish a change and watch the instance ACK it, roll back from
+//! the history, and see a rule fire. Each test saves a screenshot under
+//! `target/browser-screenshots/`. Waits are bounded polls for what the page must show (the
+//! overview refreshes itself every two seconds), never fixed sleeps.
+#![allow(clippy::unwrap_used)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod browser;
+mod forms;
+
+use std::time::{Duration, Instant};
+
+use browser::{Browser, PAGE_WAIT};
+use serde_json::json;
+use stormguard::backoff::{Backoff, Jitter};
+use stormguard::rules::{Observations, Series, Verdict};
+use stormguard_center::RuleRunner;
+use stormguard_tower::client::{CenterWatch, CenterWatchConfig, ClientLayer};
+use support::TestCenter;
+
+const EP: &str = "GET /img/*";
+
+fn policy(attempts: u32) -> String {
+    format!(
+        "[endpoints.\"GET /img/*\"]\nidempotency = \"idempotent\"\nretry = {{ max_attempts = {attempts} }}\ntimeouts = {{ per_try = \"300ms\", overall = \"1s\" }}\n\n[endpoints.\"POST /orders\"]\nretry = {{ max_attempts = 2 }}\n"
+    )
+}
+
+/// A center with `web` published at v1 (3 attempts to the image CDN).
+async fn center_with_web() -> TestCenter {
+    let center = TestCenter::sqlite().await;
+    let (status, _) = center
+        .api(&center.editor)
+        .publish("web", 0, &policy(3))
+        .await;
+    assert_eq!(status, 201);
+    center
+}
+
+/// A `web` instance: a client stack whose policies the center feeds, ACKing each version.
+async fn web_instance(center: &TestCenter, id: &str) -> (ClientLayer, CenterWatch) {
+    let layer = ClientLayer::from_policy_file(
+        &stormguard::policy::PolicyFile::from_toml(&policy(3)).unwrap(),
+    )
+    .unwrap();
+    let config = CenterWatchConfig::new(
+        &center.url(),
+        "web",
+        id,
+        &center.instance_token("web").await,
+    )
+    .with_backoff(
+        Backoff::exponential(Duration::from_millis(1))
+            .with_cap(Duration::from_millis(10))
+            .with_jitter(Jitter::Full),
+    )
+    .with_seed(1);
+    let watch = CenterWatch::start(layer.policies(), config).unwrap();
+    tokio::time::timeout(PAGE_WAIT, watch.wait_for(|s| s.applied == Some(1)))
+        .await
+        .expect("the instance applied v1");
+    (layer, watch)
+}
+
+/// Signs in through the form with `token`; the services page follows.
+async fn sign_in(browser: &Browser, center: &TestCenter, token: &str) {
+    browser.goto(&format!("{}/ui", center.url())).await;
+    // Not signed in: the dashboard leads to the sign-in form.
+    browser
+        .wait_for("form[action='/ui/login'] input[name=token]")
+        .await;
+    assert_eq!(browser.path().await, "/ui/login");
+    browser.fill("#token", token).await;
+    browser
+        .click("form[action='/ui/login'] button[type=submit]")
+        .await;
+    browser.wait_for("table.services").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_and_read_a_service() {
+    let Some(browser) = Browser::start("sign_in_and_read_a_service").await else {
+        return;
+    };
+    let center = center_with_web().await;
+    let (_layer, _watch) = web_instance(&center, "web-1").await;
+
+    // A token the center does not know is refused on the form, saying so.
+    browser.goto(&format!("{}/ui/login", center.url())).await;
+    browser.fill("#token", "sg_0000").await;
+    browser
+        .click("form[action='/ui/login'] button[type=submit]")
+        .await;
+    let refusal = browser.text(".notice.bad").await;
+    assert!(refusal.contains("does not know this token"), "{refusal}");
+    browser.screenshot("sign-in-refused").await;
+
+    sign_in(&browser, &center, &center.viewer).await;
+    assert_eq!(browser.text("#who").await, "bob");
+    let row = browser.text("table.services tbody tr").await;
+    assert!(
+        row.contains("web") && row.contains("v1") && row.contains("1 of 1"),
+        "{row}"
+    );
+    browser.screenshot("services").await;
+
+    browser
+        .click("table.services a[href='/ui/services/web']")
+        .await;
+    browser
+        .wait_for("tr[data-instance='web-1'][data-acked='1'][data-state='ack']")
+        .await;
+    let endpoints = browser.text("details.endpoint").await;
+    assert!(
+        endpoints.contains("GET /img/*") && endpoints.contains("retry.max_attempts"),
+        "{endpoints}"
+    );
+    assert!(browser.text(".cards").await.contains("v1"));
+    browser.screenshot("service-overview").await;
+
+    // A viewer sees the history without rollback buttons, and the policies without a form.
+    browser
+        .click("nav.tabs a[href='/ui/services/web/history']")
+        .await;
+    browser.wait_for("table.history tr#v1").await;
+    assert_eq!(browser.count("button.rollback").await, 0);
+    browser
+        .click("nav.tabs a[href='/ui/services/web/publish']")
+        .await;
+    browser.wait_for("pre.policy").await;
+    assert_eq!(browser.count("form.publish").await, 0);
+
+    // Sign out: the dashboard asks for a token again.
+    browser
+        .click("header form[action='/ui/logout'] button")
+        .await;
+    browser.wait_for("form[action='/ui/login']").await;
+    browser
+        .goto(&format!("{}/ui/services/web", center.url()))
+        .await;
+    browser.wait_for("form[action='/ui/login']").await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_a_change_and_watch_it_acked() {
+    let Some(browser) = Browser::start("publish_a_change_and_watch_it_acked").await else {
+        return;
+    };
+    let center = center_with_web().await;
+    let (layer, watch) = web_instance(&center, "web-1").await;
+    sign_in(&browser, &center, &center.editor).await;
+
+    browser
+        .goto(&format!("{}/ui/services/web/publish", center.url()))
+        .await;
+    let shown = browser
+        .wait_for("#policy")
+        .await
+        .prop("value")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(shown.contains("max_attempts = 3"), "{shown}");
+    browser.fill("#policy", &policy(2)).await;
+    browser
+        .fill("#message", "fewer retries to the image CDN")
+        .await;
+    browser.screenshot("publish-form").await;
+    browser.click("form.publish button[type=submit]").await;
+
+    // The overview says v2 is out, then shows the instance acknowledging it (the live part
+    // refreshes itself: no reload here).
+    let notice = browser.text(".notice.good").await;
+    assert!(notice.contains("Version 2 published"), "{notice}");
+    browser
+        .wait_for("tr[data-instance='web-1'][data-acked='2'][data-state='ack']")
+        .await;
+    browser.screenshot("published-and-acked").await;
+
+    // The instance really runs it.
+    tokio::time::timeout(PAGE_WAIT, watch.wait_for(|s| s.applied == Some(2)))
+        .await
+        .unwrap();
+    let live = layer.policies().current();
+    assert_eq!(live.endpoint(EP).unwrap().retry().max_attempts(), 2);
+
+    // The history shows who changed what.
+    browser
+        .goto(&format!("{}/ui/services/web/history", center.url()))
+        .await;
+    let v2 = browser.text("table.history tr#v2").await;
+    assert!(
+        v2.contains("alice")
+            && v2.contains("fewer retries")
+            && v2.contains("3")
+            && v2.contains("2"),
+        "{v2}"
+    );
+
+    // A policy that does not validate is refused on the form, naming the field; the text stays.
+    browser
+        .goto(&format!("{}/ui/services/web/publish", center.url()))
+        .await;
+    browser
+        .fill(
+            "#policy",
+            &policy(2).replace(
+                "max_attempts = 2 }\ntimeouts",
+                "max_attempts = 0 }\ntimeouts",
+            ),
+        )
+        .await;
+    browser.click("form.publish button[type=submit]").await;
+    let refusal = browser.text(".notice.bad").await;
+    assert!(refusal.contains("max_attempts"), "{refusal}");
+    browser.screenshot("publish-refused").await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roll_back_from_the_history() {
+    let Some(browser) = Browser::start("roll_back_from_the_history").await else {
+        return;
+    };
+    let center = center_with_web().await;
+    let (layer, watch) = web_instance(&center, "web-1").await;
+    let (status, _) = center
+        .api(&center.editor)
+        .publish("web", 1, &policy(5))
+        .await;
+    assert_eq!(status, 201);
+    tokio::time::timeout(PAGE_WAIT, watch.wait_for(|s| s.applied == Some(2)))
+        .await
+        .unwrap();
+    sign_in(&browser, &center, &center.editor).await;
+
+    browser
+        .goto(&format!("{}/ui/services/web/history", center.url()))
+        .await;
+    // The latest version has no rollback button; the older one has one.
+    assert_eq!(browser.count("tr#v2 button.rollback").await, 0);
+    let diff = browser.text("tr#v2 ul.diff").await;
+    assert!(
+        diff.contains("retry.max_attempts") && diff.contains("3") && diff.contains("5"),
+        "{diff}"
+    );
+    browser.screenshot("history").await;
+    browser.click("tr#v1 button.rollback").await;
+
+    let notice = browser.text(".notice.good").await;
+    assert!(notice.contains("Version 3 published"), "{notice}");
+    browser
+        .wait_for("tr[data-instance='web-1'][data-acked='3'][data-state='ack']")
+        .await;
+    tokio::time::timeout(PAGE_WAIT, watch.wait_for(|s| s.applied == Some(3)))
+        .await
+        .unwrap();
+    assert_eq!(
+        layer
+            .policies()
+            .current()
+            .endpoint(EP)
+            .unwrap()
+            .retry()
+            .max_attempts(),
+        3
+    );
+    browser
+        .goto(&format!("{}/ui/services/web/history", center.url()))
+        .await;
+    let v3 = browser.text("table.history tr#v3").await;
+    assert!(
+        v3.contains("rollback of v1") && v3.contains("alice"),
+        "{v3}"
+    );
+    browser.screenshot("rolled-back").await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_fires_and_shows_with_its_values() {
+    let Some(browser) = Browser::start("a_rule_fires_and_shows_with_its_values").await else {
+        return;
+    };
+    let center = center_with_web().await;
+    let (layer, watch) = web_instance(&center, "web-1").await;
+    let rule = json!({
+        "name": "cdn-504",
+        "service": "web",
+        "endpoint": EP,
+        "for": "5s",
+        "exit_for": "10s",
+        "when": { "series": "error_ratio", "code": 504, "above": 0.10, "exit_below": 0.02 },
+        "actions": [
+            { "set": "attempts", "max_attempts": 1 },
+            { "set": "fallback", "fallback": "always" }
+        ]
+    });
+    let (status, _) = center
+        .api(&center.editor)
+        .send(
+            "PUT",
+            "/v1/services/web/rules/cdn-504",
+            Some(rule.to_string().into_bytes()),
+        )
+        .await;
+    assert_eq!(status, 204);
+
+    sign_in(&browser, &center, &center.viewer).await;
+    browser
+        .goto(&format!("{}/ui/services/web/rules", center.url()))
+        .await;
+    let card = browser.text("section.rule[data-rule='cdn-504']").await;
+    assert!(
+        card.contains("error_ratio{code=504} > 10%") && card.contains("It has not fired"),
+        "{card}"
+    );
+    assert_eq!(browser.count("section.rule .badge.state.good").await, 1);
+
+    // The CDN answers 504 on 40 % of calls, held past `for`: the rule fires through the
+    // center's RuleRunner, publishing v2 by rule:cdn-504.
+    let runner = RuleRunner::new(center.center.clone(), 6);
+    let start = Instant::now();
+    let mut seen = Observations::new();
+    seen.set_endpoint(EP, Series::ErrorRatioCode(504), 0.4);
+    for second in [0, 3, 6] {
+        let events = runner
+            .observe("web", &seen, start + Duration::from_secs(second))
+            .await
+            .unwrap();
+        if second == 6 {
+            assert_eq!(events.len(), 1, "{events:?}");
+            assert_eq!(
+                (events[0].verdict, events[0].version),
+                (Verdict::Fire, Some(2))
+            );
+        }
+    }
+    tokio::time::timeout(PAGE_WAIT, watch.wait_for(|s| s.applied == Some(2)))
+        .await
+        .unwrap();
+    assert_eq!(
+        layer
+            .policies()
+            .current()
+            .endpoint(EP)
+            .unwrap()
+            .retry()
+            .max_attempts(),
+        1
+    );
+
+    browser.refresh().await;
+    let firing = browser.text("tr.firing[data-action='rule-fire']").await;
+    assert!(
+        firing.contains("fired")
+            && firing.contains("v2")
+            && firing.contains("error_ratio{code=504} = 0.4"),
+        "{firing}"
+    );
+    assert!(firing.contains("retry.max_attempts: 3 → 1"), "{firing}");
+    assert_eq!(browser.count("section.rule .badge.state.bad").await, 1);
+    browser.screenshot("rule-fired").await;
+
+    // The history names the rule as the author of v2.
+    browser
+        .goto(&format!("{}/ui/services/web/history", center.url()))
+        .await;
+    let v2 = browser.text("table.history tr#v2").await;
+    assert!(v2.contains("rule") && v2.contains("cdn-504"), "{v2}");
+    browser
+        .goto(&format!("{}/ui/services/web", center.url()))
+        .await;
+    browser
+        .wait_for("tr[data-instance='web-1'][data-acked='2'][data-state='ack']")
+        .await;
+    browser.screenshot("rule-fired-overview").await;
+    browser.close().await;
+}
