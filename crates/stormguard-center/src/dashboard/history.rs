@@ -127,8 +127,23 @@ fn diff(version: &Version) -> Markup {
     html! {
         @if version.diff.is_empty() {
             span.muted { "no change" }
+        } @else if version.diff.len() > FOLDED_DIFF {
+            details.diff {
+                summary { (version.diff.len()) " fields " @if version.diff.iter().all(|c| c.old.is_none()) { "set" } @else { "changed" } }
+                (changes(version))
+            }
         } @else {
-            ul.diff {
+            (changes(version))
+        }
+    }
+}
+
+/// Past this many changed fields a version's diff is folded (a first version sets them all).
+const FOLDED_DIFF: usize = 8;
+
+fn changes(version: &Version) -> Markup {
+    html! {
+        ul.diff {
                 @for change in &version.diff {
                     li {
                         code.path { (change.path) } " "
@@ -140,7 +155,6 @@ fn diff(version: &Version) -> Markup {
                         }
                     }
                 }
-            }
         }
     }
 }

@@ -91,7 +91,39 @@ fn asset(content_type: &'static str, text: &'static str) -> Response {
     response
 }
 
-/// The recent observations of `service`'s downstreams, for the charts.
-fn observed(_center: &Center, _service: &str) -> Vec<Downstream> {
-    Vec::new()
+/// How far back the charts go.
+const CHART_SPAN_MS: i64 = 5 * 60 * 1000;
+
+/// The recent rounds of `service` in the center's [`MetricHistory`](crate::MetricHistory)
+/// (the last [`CHART_SPAN_MS`]), one [`Downstream`] per endpoint any of them saw.
+fn observed(center: &Center, service: &str) -> Vec<Downstream> {
+    let since = crate::server::now_ms() - CHART_SPAN_MS;
+    let rounds: Vec<crate::Round> = center
+        .metric_history()
+        .rounds(service)
+        .into_iter()
+        .filter(|round| round.at_ms >= since)
+        .collect();
+    let endpoints: std::collections::BTreeSet<&String> = rounds
+        .iter()
+        .flat_map(|round| round.endpoints.keys())
+        .collect();
+    endpoints
+        .into_iter()
+        .map(|endpoint| Downstream {
+            endpoint: endpoint.clone(),
+            error_ratio: rounds
+                .iter()
+                .map(|r| (r.at_ms, r.error_ratio(endpoint)))
+                .collect(),
+            p99_seconds: rounds
+                .iter()
+                .map(|r| (r.at_ms, r.p99_seconds(endpoint)))
+                .collect(),
+            attempts_per_request: rounds
+                .iter()
+                .map(|r| (r.at_ms, r.attempts_per_request(endpoint)))
+                .collect(),
+        })
+        .collect()
 }

@@ -116,16 +116,30 @@ pub(crate) async fn overview(
             (live)
         }
         section {
-            h2 { "Endpoints" }
+            h2 { "Endpoints" span.muted.small { " · as the stable version sets them" } }
             @if endpoints.is_empty() {
                 p.muted { "The stable version has no endpoints." }
-            }
-            @for endpoint in &endpoints {
-                details.endpoint open {
-                    summary { code { (endpoint.endpoint) } }
-                    table.settings {
-                        @for field in &endpoint.fields {
-                            tr { th { (field.field) } td { code { (field.new.as_deref().unwrap_or("")) } } }
+            } @else {
+                table.endpoints {
+                    thead { tr { th { "Endpoint" } @for (_, label) in SUMMARY { th { (label) } } } }
+                    tbody {
+                        @for endpoint in &endpoints {
+                            tr data-endpoint=(endpoint.endpoint) {
+                                td { code { (endpoint.endpoint) } }
+                                @for (field, _) in SUMMARY {
+                                    td { (setting(&endpoint.fields, field)) }
+                                }
+                            }
+                        }
+                    }
+                }
+                @for endpoint in &endpoints {
+                    details.endpoint {
+                        summary { "All settings of " code { (endpoint.endpoint) } }
+                        table.settings {
+                            @for field in &endpoint.fields {
+                                tr { th { (field.field) } td { code { (field.new.as_deref().unwrap_or("")) } } }
+                            }
                         }
                     }
                 }
@@ -141,6 +155,28 @@ pub(crate) async fn overview(
             body,
         ),
     ))
+}
+
+/// The settings the endpoints table shows, by field and column label.
+const SUMMARY: [(&str, &str); 6] = [
+    ("retry.max_attempts", "Attempts"),
+    ("timeouts.per_try", "Per try"),
+    ("timeouts.overall", "Overall"),
+    ("budget.kind", "Retry budget"),
+    ("breaker.failure_ratio", "Breaker opens at"),
+    ("fallback", "Fallback"),
+];
+
+/// One field's value among an endpoint's settings, or a dash.
+fn setting(fields: &[stormguard::policy::diff::FieldChange], name: &str) -> Markup {
+    match fields
+        .iter()
+        .find(|f| f.field == name)
+        .and_then(|f| f.new.as_deref())
+    {
+        Some(value) => html! { code { (value) } },
+        None => html! { span.muted { "—" } },
+    }
 }
 
 /// The part of the overview that refreshes itself: the instances and the charts.
