@@ -5,7 +5,9 @@
 //! so they are written here as SVG elements rather than through a plotting crate: the
 //! browser draws their text with its own fonts, so nothing is measured or bundled, and the
 //! page's refresh (`live.js` swapping the overview's live part every two seconds) redraws
-//! them. A gap in the data (a round without traffic to the endpoint) is a gap in the line.
+//! them. A dashed mark shows when each version was published, so a change in the lines can
+//! be matched to the policy change that caused it (or that a rule made because of it). A
+//! gap in the data (a round without traffic to the endpoint) is a gap in the line.
 
 use maud::{Markup, html};
 
@@ -58,7 +60,7 @@ const ATTEMPTS: Measure = Measure {
 };
 
 /// The charts of `service`'s downstreams, or a line that says why there are none.
-pub(crate) fn section(center: &Center, service: &str) -> Markup {
+pub(crate) fn section(center: &Center, service: &str, versions: &[(i64, u64)]) -> Markup {
     let downstreams = super::observed(center, service);
     let now = now_ms();
     html! {
@@ -70,17 +72,23 @@ pub(crate) fn section(center: &Center, service: &str) -> Markup {
             div.downstream data-endpoint=(downstream.endpoint) {
                 h3 { code { (downstream.endpoint) } }
                 div.charts {
-                    (chart(&ERROR_RATIO, &downstream.error_ratio, now))
-                    (chart(&P99, &downstream.p99_seconds, now))
-                    (chart(&ATTEMPTS, &downstream.attempts_per_request, now))
+                    (chart(&ERROR_RATIO, &downstream.error_ratio, versions, now))
+                    (chart(&P99, &downstream.p99_seconds, versions, now))
+                    (chart(&ATTEMPTS, &downstream.attempts_per_request, versions, now))
                 }
             }
         }
     }
 }
 
-/// One line chart over the points' time span, ending now.
-fn chart(measure: &Measure, points: &[(i64, Option<f64>)], now: i64) -> Markup {
+/// One line chart over the points' time span, ending now, with a mark at each version
+/// published in that span (`versions`: when, and its number).
+fn chart(
+    measure: &Measure,
+    points: &[(i64, Option<f64>)],
+    versions: &[(i64, u64)],
+    now: i64,
+) -> Markup {
     let latest = points.iter().rev().find_map(|(_, v)| *v);
     let top = nice_top(
         points
@@ -111,10 +119,39 @@ fn chart(measure: &Measure, points: &[(i64, Option<f64>)], now: i64) -> Markup {
                 }
                 text.tick x=(LEFT) y=(HEIGHT - 6.0) text-anchor="start" { (minutes_ago(now - start)) }
                 text.tick x=(WIDTH - RIGHT) y=(HEIGHT - 6.0) text-anchor="end" { "now" }
+                @for (at, label) in marks(versions, start, now, &x) {
+                    line.mark x1=(x(at)) x2=(x(at)) y1=(TOP) y2=(HEIGHT - BOTTOM) {}
+                    @if let Some(version) = label {
+                        text.mark x=(x(at) - 3.0) y=(TOP + 9.0) text-anchor="end" { "v" (version) }
+                    }
+                }
                 path.line d=(line) {}
             }
         }
     }
+}
+
+/// The versions published between `start` and `now` (newest first, as the history reads),
+/// each with its number as a label unless a newer one's label is too close to it.
+fn marks(
+    versions: &[(i64, u64)],
+    start: i64,
+    now: i64,
+    x: impl Fn(i64) -> f64,
+) -> Vec<(i64, Option<u64>)> {
+    const LABEL_ROOM: f64 = 24.0;
+    let mut last_label: Option<f64> = None;
+    versions
+        .iter()
+        .filter(|(at, _)| (start..=now).contains(at))
+        .map(|&(at, version)| {
+            let free = last_label.is_none_or(|last| (last - x(at)).abs() >= LABEL_ROOM);
+            if free {
+                last_label = Some(x(at));
+            }
+            (at, free.then_some(version))
+        })
+        .collect()
 }
 
 /// The SVG path through the points, broken where a value is missing.
@@ -201,6 +238,13 @@ mod tests {
         let points = [(0, Some(1.0)), (1, Some(2.0)), (2, None), (3, Some(1.0))];
         let d = path(&points, |t| t as f64, |v| v);
         assert_eq!(d, "M0.0,1.0 L1.0,2.0 M3.0,1.0 ");
+    }
+
+    #[test]
+    fn close_version_marks_keep_the_newest_label() {
+        let versions = [(100, 3), (99, 2), (10, 1)];
+        let marks = marks(&versions, 0, 100, |t| t as f64);
+        assert_eq!(marks, [(100, Some(3)), (99, None), (10, Some(1))]);
     }
 
     #[test]

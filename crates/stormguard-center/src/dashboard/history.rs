@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::page::{Failure, Tab, html_response, layout, when};
+use super::page::{Failure, Tab, author, html_response, layout, when};
 use super::session::Signed;
 use crate::api::check_name;
 use crate::api::versions::{Publish, Rollback, publish_text, roll_back};
@@ -111,16 +111,6 @@ fn history_page(
             body,
         ),
     )
-}
-
-/// `rule:cdn-504` shows as a rule, anyone else as their token's name.
-fn author(name: &str) -> Markup {
-    html! {
-        @match name.strip_prefix("rule:") {
-            Some(rule) => { span.badge.rule { "rule" } " " (rule) },
-            None => (name),
-        }
-    }
 }
 
 fn diff(version: &Version) -> Markup {

@@ -10,7 +10,7 @@ use stormguard::policy::PolicyFile;
 use stormguard::policy::diff::PolicyDiff;
 
 use super::charts;
-use super::page::{Failure, Tab, html_response, layout, when};
+use super::page::{Failure, Tab, author, html_response, layout, when};
 use super::session::Signed;
 use crate::api::admin::{InstanceStatus, Status, service_status};
 use crate::api::check_name;
@@ -78,7 +78,7 @@ pub(crate) async fn overview(
         .and_then(|row| PolicyFile::from_toml(&row.policy).ok())
         .map(|file| PolicyDiff::between(&PolicyFile::default(), &file).endpoints)
         .unwrap_or_default();
-    let live = live_part(&center, &status);
+    let live = live_part(&center, &status, &versions_shown(&center, &service).await?);
     let body = html! {
         @if let Some(v) = notice.published {
             p.notice.good role="status" { "Version " (v) " published. The instances below pick it up within a round trip; their state updates by itself." }
@@ -89,7 +89,7 @@ pub(crate) async fn overview(
                 @match &stable {
                     Some(row) => {
                         p.big { "v" (row.version()) }
-                        p.muted { "by " (row.author) ", " (when(row.created_ms)) }
+                        p.muted { "by " (author(&row.author)) ", " (when(row.created_ms)) }
                         @if !row.message.is_empty() { p { (row.message) } }
                     }
                     None => { p.big.muted { "none" } p.muted { "Nothing published yet." } }
@@ -186,10 +186,23 @@ pub(crate) async fn live(
     Path(service): Path<String>,
 ) -> Result<Response, Failure> {
     let status = service_status(&center, service).await?;
-    Ok(html_response(StatusCode::OK, live_part(&center, &status)))
+    let marks = versions_shown(&center, &status.service).await?;
+    Ok(html_response(
+        StatusCode::OK,
+        live_part(&center, &status, &marks),
+    ))
 }
 
-fn live_part(center: &Center, status: &Status) -> Markup {
+/// When the service's recent versions were published, for the charts' marks.
+async fn versions_shown(center: &Center, service: &str) -> Result<Vec<(i64, u64)>, Failure> {
+    let rows = center.store().history(service, 20).await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.created_ms, row.version()))
+        .collect())
+}
+
+fn live_part(center: &Center, status: &Status, versions: &[(i64, u64)]) -> Markup {
     html! {
         h2 { "Instances" }
         @if status.instances.is_empty() {
@@ -214,7 +227,7 @@ fn live_part(center: &Center, status: &Status) -> Markup {
                 }
             }
         }
-        (charts::section(center, &status.service))
+        (charts::section(center, &status.service, versions))
     }
 }
 

@@ -200,6 +200,16 @@ pub(crate) fn when(at_ms: i64) -> Markup {
     html! { time datetime=(utc(at_ms)) title=(utc(at_ms)) { (ago(at_ms)) } }
 }
 
+/// `rule:cdn-504` shows as a rule, anyone else as their token's name.
+pub(crate) fn author(name: &str) -> Markup {
+    html! {
+        @match name.strip_prefix("rule:") {
+            Some(rule) => { span.badge.rule { "rule" } " " (rule) },
+            None => (name),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
