@@ -390,11 +390,24 @@ async fn end_canary(
     body: Option<Json<Step>>,
     promote: bool,
 ) -> Result<StatusCode, ApiError> {
-    caller.may_edit()?;
     let message = body.map(|Json(step)| step.message).unwrap_or_default();
+    end_canary_as(&center, &caller, &service, &message, promote).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Promotes (or aborts) `service`'s canary as `caller`: the API's step and the dashboard's.
+pub(crate) async fn end_canary_as(
+    center: &Center,
+    caller: &Caller,
+    service: &str,
+    message: &str,
+    promote: bool,
+) -> Result<(), ApiError> {
+    caller.may_edit()?;
+    check_name("service", service)?;
     let canary = center
         .store()
-        .release(&service)
+        .release(service)
         .await?
         .and_then(|release| release.canary)
         .and_then(|v| u64::try_from(v).ok());
@@ -406,14 +419,14 @@ async fn end_canary(
         } else {
             "canary-abort"
         },
-        service: &service,
+        service,
         version: canary,
         instance: None,
-        detail: &message,
+        detail: message,
     };
     if !center.store().end_canary(promote, &audit).await? {
         return Err(ApiError::NotFound(format!("{service} has no canary")));
     }
-    refresh(&center, &service).await;
-    Ok(StatusCode::NO_CONTENT)
+    refresh(center, service).await;
+    Ok(())
 }

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use super::page::{Failure, Tab, author, html_response, layout, when};
 use super::session::Signed;
 use crate::api::check_name;
-use crate::api::versions::{Publish, Rollback, publish_text, roll_back};
+use crate::api::versions::{Publish, Rollback, end_canary_as, publish_text, roll_back};
 use crate::error::ApiError;
 use crate::server::Center;
 use crate::version::Version;
@@ -293,4 +293,29 @@ pub(crate) async fn publish(
         )),
         Err(other) => Err(other.into()),
     }
+}
+
+/// The body of a canary step's form.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StepForm {
+    csrf: String,
+}
+
+pub(crate) async fn canary_step(
+    State(center): State<Center>,
+    signed: Signed,
+    Path((service, step)): Path<(String, String)>,
+    headers: HeaderMap,
+    Form(form): Form<StepForm>,
+) -> Result<Response, Failure> {
+    signed.check_form(&headers, &form.csrf)?;
+    let promote = match step.as_str() {
+        "promote" => true,
+        "abort" => false,
+        other => {
+            return Err(ApiError::NotFound(format!("no canary step {other:?}")).into());
+        }
+    };
+    end_canary_as(&center, &signed.caller, &service, "", promote).await?;
+    Ok(Redirect::to(&Tab::Overview.href(&service)).into_response())
 }

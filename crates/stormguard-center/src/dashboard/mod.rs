@@ -11,7 +11,8 @@
 //!   acknowledged the version they should run, and its rules.
 //! - **Overview** (`/ui/services/{s}`): the stable version and canary (with its share), every
 //!   instance's target and ACK or NACK, the endpoints' settings, and live charts of each
-//!   downstream's error ratio, P99 and attempts per request.
+//!   downstream's error ratio, P99 and attempts per request; an editor promotes or aborts
+//!   the canary there.
 //! - **History**: every version with what it changed, and a one-click rollback on each
 //!   older one (a rollback publishes that version's policies again, as the API's does).
 //! - **Publish**: the latest policies in a form; a publish goes through the API's publish
@@ -66,6 +67,10 @@ pub(crate) fn router() -> Router<Center> {
             get(history::publish_page).post(history::publish),
         )
         .route("/ui/services/{service}/rules", get(rules::rules))
+        .route(
+            "/ui/services/{service}/canary/{step}",
+            post(history::canary_step),
+        )
 }
 
 async fn style() -> Response {

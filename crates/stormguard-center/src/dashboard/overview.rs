@@ -16,6 +16,7 @@ use crate::api::admin::{InstanceStatus, Status, service_status};
 use crate::api::check_name;
 use crate::hub::Selector;
 use crate::server::Center;
+use crate::store::VersionRow;
 
 /// What the overview says after a change the reader made (the redirect after a publish).
 #[derive(Debug, Deserialize)]
@@ -68,52 +69,19 @@ pub(crate) async fn overview(
     Query(notice): Query<Notice>,
 ) -> Result<Response, Failure> {
     check_name("service", &service)?;
-    let status = service_status(&center, service.clone()).await?;
-    let stable = match status.stable {
-        Some(v) => center.store().version(&service, v).await?,
-        None => None,
-    };
-    let endpoints = stable
+    let live = Live::read(&center, &service).await?;
+    let endpoints = live
+        .stable
         .as_ref()
         .and_then(|row| PolicyFile::from_toml(&row.policy).ok())
         .map(|file| PolicyDiff::between(&PolicyFile::default(), &file).endpoints)
         .unwrap_or_default();
-    let live = live_part(&center, &status, &versions_shown(&center, &service).await?);
     let body = html! {
         @if let Some(v) = notice.published {
             p.notice.good role="status" { "Version " (v) " published. The instances below pick it up within a round trip; their state updates by itself." }
         }
-        div.cards {
-            div.card {
-                h2 { "Stable version" }
-                @match &stable {
-                    Some(row) => {
-                        p.big { "v" (row.version()) }
-                        p.muted { "by " (author(&row.author)) ", " (when(row.created_ms)) }
-                        @if !row.message.is_empty() { p { (row.message) } }
-                    }
-                    None => { p.big.muted { "none" } p.muted { "Nothing published yet." } }
-                }
-            }
-            div.card {
-                h2 { "Canary" }
-                @match &status.canary {
-                    Some((v, selector)) => {
-                        p.big { "v" (v) }
-                        p { (selector_text(selector)) }
-                        p.muted { (canary_count(&status)) }
-                    }
-                    None => { p.big.muted { "none" } p.muted { "Every instance runs the stable version." } }
-                }
-            }
-            div.card {
-                h2 { "Instances" }
-                p.big { (on_target_badge(&status)) }
-                p.muted { "acknowledged the version they should run" }
-            }
-        }
         section #live data-refresh=(format!("/ui/services/{service}/live")) data-every="2" {
-            (live)
+            (live_part(&center, &signed, &live))
         }
         section {
             h2 { "Endpoints" span.muted.small { " · as the stable version sets them" } }
@@ -179,31 +147,93 @@ fn setting(fields: &[stormguard::policy::diff::FieldChange], name: &str) -> Mark
     }
 }
 
-/// The part of the overview that refreshes itself: the instances and the charts.
+/// The part of the overview that refreshes itself: the versions, the instances and the
+/// charts.
 pub(crate) async fn live(
     State(center): State<Center>,
-    _signed: Signed,
+    signed: Signed,
     Path(service): Path<String>,
 ) -> Result<Response, Failure> {
-    let status = service_status(&center, service).await?;
-    let marks = versions_shown(&center, &status.service).await?;
+    check_name("service", &service)?;
+    let live = Live::read(&center, &service).await?;
     Ok(html_response(
         StatusCode::OK,
-        live_part(&center, &status, &marks),
+        live_part(&center, &signed, &live),
     ))
 }
 
-/// When the service's recent versions were published, for the charts' marks.
-async fn versions_shown(center: &Center, service: &str) -> Result<Vec<(i64, u64)>, Failure> {
-    let rows = center.store().history(service, 20).await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| (row.created_ms, row.version()))
-        .collect())
+/// What the live part shows: the status, the stable version, and when the recent versions
+/// were published (the charts' marks).
+struct Live {
+    status: Status,
+    stable: Option<VersionRow>,
+    versions: Vec<(i64, u64)>,
 }
 
-fn live_part(center: &Center, status: &Status, versions: &[(i64, u64)]) -> Markup {
+impl Live {
+    async fn read(center: &Center, service: &str) -> Result<Live, Failure> {
+        let status = service_status(center, service.to_owned()).await?;
+        let stable = match status.stable {
+            Some(v) => center.store().version(service, v).await?,
+            None => None,
+        };
+        let versions = center
+            .store()
+            .history(service, 20)
+            .await?
+            .into_iter()
+            .map(|row| (row.created_ms, row.version()))
+            .collect();
+        Ok(Live {
+            status,
+            stable,
+            versions,
+        })
+    }
+}
+
+fn live_part(center: &Center, signed: &Signed, live: &Live) -> Markup {
+    let status = &live.status;
     html! {
+        div.cards {
+            div.card {
+                h2 { "Stable version" }
+                @match &live.stable {
+                    Some(row) => {
+                        p.big { "v" (row.version()) }
+                        p.muted { "by " (author(&row.author)) ", " (when(row.created_ms)) }
+                        @if !row.message.is_empty() { p { (row.message) } }
+                    }
+                    None => { p.big.muted { "none" } p.muted { "Nothing published yet." } }
+                }
+            }
+            div.card.canary {
+                h2 { "Canary" }
+                @match &status.canary {
+                    Some((v, selector)) => {
+                        p.big { "v" (v) }
+                        p { (selector_text(selector)) }
+                        p.muted { (canary_count(status)) }
+                        @if signed.may_edit() {
+                            div.actions {
+                                @for (step, label) in [("promote", "Promote to everyone"), ("abort", "Abort")] {
+                                    form.inline method="post" action=(format!("/ui/services/{}/canary/{step}", status.service)) {
+                                        input type="hidden" name="csrf" value=(signed.csrf);
+                                        button class={"step " (step)} type="submit" { (label) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    None => { p.big.muted { "none" } p.muted { "Every instance runs the stable version." } }
+                }
+            }
+            div.card {
+                h2 { "Instances" }
+                p.big { (on_target_badge(status)) }
+                p.muted { "acknowledged the version they should run" }
+            }
+        }
         h2 { "Instances" }
         @if status.instances.is_empty() {
             p.muted { "No instance has watched this service yet." }
@@ -227,7 +257,7 @@ fn live_part(center: &Center, status: &Status, versions: &[(i64, u64)]) -> Marku
                 }
             }
         }
-        (charts::section(center, &status.service, versions))
+        (charts::section(center, &status.service, &live.versions))
     }
 }
 

@@ -234,6 +234,43 @@ async fn publish_a_change_and_watch_it_acked() {
     let refusal = browser.text(".notice.bad").await;
     assert!(refusal.contains("max_attempts"), "{refusal}");
     browser.screenshot("publish-refused").await;
+
+    // A canary for every instance (100 %): the overview shows its share and the instance
+    // running it.
+    browser
+        .goto(&format!("{}/ui/services/web/publish", center.url()))
+        .await;
+    browser.fill("#policy", &policy(4)).await;
+    browser.fill("#message", "try 4 attempts on a canary").await;
+    browser.fill("#share", "100").await;
+    browser.click("form.publish button[type=submit]").await;
+    browser
+        .wait_for("tr[data-instance='web-1'][data-acked='3'][data-state='ack']")
+        .await;
+    let canary = browser.text(".card.canary").await;
+    assert!(
+        canary.contains("v3")
+            && canary.contains("for 100% of instances")
+            && canary.contains("1 of 1 instances selected"),
+        "{canary}"
+    );
+    assert_eq!(
+        browser
+            .count("tr[data-instance='web-1'] .badge.canary")
+            .await,
+        1
+    );
+    browser.screenshot("canary").await;
+
+    // Promoted: v3 is the stable version, and there is no canary any more.
+    browser.click(".card.canary button.step.promote").await;
+    browser.wait_for(".card.canary p.big.muted").await;
+    let cards = browser.text(".cards").await;
+    assert!(
+        cards.contains("v3") && cards.contains("Every instance runs the stable version"),
+        "{cards}"
+    );
+    assert_eq!(browser.count(".badge.canary").await, 0);
     browser.close().await;
 }
 
