@@ -119,7 +119,7 @@ fn chart(
                 }
                 text.tick x=(LEFT) y=(HEIGHT - 6.0) text-anchor="start" { (minutes_ago(now - start)) }
                 text.tick x=(WIDTH - RIGHT) y=(HEIGHT - 6.0) text-anchor="end" { "now" }
-                @for (at, label) in marks(versions, start, now, &x) {
+                @for (at, label) in marks(versions, start, now, x) {
                     line.mark x1=(x(at)) x2=(x(at)) y1=(TOP) y2=(HEIGHT - BOTTOM) {}
                     @if let Some(version) = label {
                         text.mark x=(x(at) - 3.0) y=(TOP + 9.0) text-anchor="end" { "v" (version) }
