@@ -172,6 +172,12 @@ pub(crate) async fn sign_in(
             "That is not a token: expected sg_ and 64 hex digits.",
         );
     }
+    if !token.bytes().all(cookie_octet) {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "This token has characters a cookie cannot carry (quotes, commas, semicolons, backslashes): sign in with a token the center made.",
+        );
+    }
     match Caller::of_token(&center, token).await {
         Ok(caller) if caller.role == Role::Instance => refused(
             StatusCode::FORBIDDEN,
@@ -206,6 +212,11 @@ pub(crate) async fn sign_out(
     Ok(with_cookie(Redirect::to("/ui/login"), &cookie))
 }
 
+/// A byte a cookie value may hold (RFC 6265 §4.1.1 `cookie-octet`).
+fn cookie_octet(b: u8) -> bool {
+    matches!(b, 0x21 | 0x23..=0x2B | 0x2D..=0x3A | 0x3C..=0x5B | 0x5D..=0x7E)
+}
+
 /// Whether a proxy in front says the browser used HTTPS (then the cookie is `Secure`).
 fn forwarded_https(headers: &HeaderMap) -> bool {
     headers
@@ -238,6 +249,14 @@ mod tests {
             HeaderValue::from_static("stormguard_dashboard="),
         );
         assert_eq!(cookie_token(&headers), None);
+    }
+
+    #[test]
+    fn tokens_the_center_makes_fit_in_a_cookie() {
+        assert!(crate::auth::new_token().bytes().all(cookie_octet));
+        for bad in [b';', b',', b'"', b'\\', b' '] {
+            assert!(!cookie_octet(bad));
+        }
     }
 
     #[test]
