@@ -169,6 +169,14 @@ impl FromRequestParts<Center> for Caller {
                 "the Authorization header is not Bearer <token>",
             )
         })?;
+        Caller::of_token(center, token).await
+    }
+}
+
+impl Caller {
+    /// The caller whose token this is: 401 when the center knows no such token. The API
+    /// reads the token from `Authorization`, the dashboard from its sign-in cookie.
+    pub(crate) async fn of_token(center: &Center, token: &str) -> Result<Caller, ApiError> {
         let row = center
             .store()
             .token(&token_hash(token))

@@ -69,6 +69,9 @@
 //! | `GET /openapi.json` | none | the OpenAPI 3.1 document of this API |
 //! | `GET /healthz` | none | `ok` |
 //!
+//! The same server answers people at `/ui`: the dashboard (sign-in with a token of any role
+//! but `instance`; see its module for what it shows and how its forms are protected).
+//!
 //! # Example
 //!
 //! ```no_run
@@ -89,6 +92,7 @@
 mod api;
 mod auth;
 pub mod collect;
+mod dashboard;
 mod error;
 pub mod fanout;
 mod hub;

@@ -13,6 +13,7 @@ use crate::auth::{Caller, Role};
 use crate::error::ApiError;
 use crate::hub::Selector;
 use crate::server::Center;
+use crate::store::AuditRow;
 
 /// The answer of `GET /v1/services/{service}/status`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -89,6 +90,11 @@ pub(crate) async fn status(
     axum::extract::Path(service): axum::extract::Path<String>,
 ) -> Result<Json<Status>, ApiError> {
     caller.may_read(&service)?;
+    Ok(Json(service_status(&center, service).await?))
+}
+
+/// What `service`'s instances should run and run: the API's status and the dashboard's.
+pub(crate) async fn service_status(center: &Center, service: String) -> Result<Status, ApiError> {
     check_name("service", &service)?;
     let release = center.hub().current(&service).await?;
     let rows = center.store().instances(&service).await?;
@@ -108,7 +114,7 @@ pub(crate) async fn status(
             }
         })
         .collect();
-    Ok(Json(Status {
+    Ok(Status {
         service,
         stable: release.stable.as_ref().map(|s| s.version),
         canary: release
@@ -116,7 +122,7 @@ pub(crate) async fn status(
             .as_ref()
             .map(|(s, selector)| (s.version, selector.clone())),
         instances,
-    }))
+    })
 }
 
 pub(crate) async fn audit(
@@ -135,20 +141,22 @@ pub(crate) async fn audit(
             query.limit.unwrap_or(100).min(10_000),
         )
         .await?;
-    Ok(Json(
-        rows.into_iter()
-            .map(|row| AuditRecord {
-                id: row.id,
-                at_ms: row.at_ms,
-                actor: row.actor,
-                action: row.action,
-                service: row.service,
-                version: row.version.and_then(|v| u64::try_from(v).ok()),
-                instance: row.instance,
-                detail: row.detail,
-            })
-            .collect(),
-    ))
+    Ok(Json(rows.into_iter().map(AuditRecord::from).collect()))
+}
+
+impl From<AuditRow> for AuditRecord {
+    fn from(row: AuditRow) -> AuditRecord {
+        AuditRecord {
+            id: row.id,
+            at_ms: row.at_ms,
+            actor: row.actor,
+            action: row.action,
+            service: row.service,
+            version: row.version.and_then(|v| u64::try_from(v).ok()),
+            instance: row.instance,
+            detail: row.detail,
+        }
+    }
 }
 
 pub(crate) async fn create_token(

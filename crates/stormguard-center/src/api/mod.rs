@@ -36,6 +36,8 @@ pub(crate) fn router(center: Center) -> Router {
         .router
         .fallback(no_route)
         .layer(axum::middleware::map_response(json_errors))
+        // After the JSON error layer: the dashboard's errors are pages.
+        .merge(crate::dashboard::router())
         .layer(DefaultBodyLimit::max(limit))
         .with_state(center)
 }

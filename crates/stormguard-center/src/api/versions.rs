@@ -73,8 +73,32 @@ pub(crate) async fn publish(
     Path(service): Path<String>,
     Json(body): Json<Publish>,
 ) -> Result<(StatusCode, Json<Version>), ApiError> {
+    let version = publish_text(&center, &caller, &service, &body).await?;
+    Ok((StatusCode::CREATED, Json(version)))
+}
+
+impl Publish {
+    /// A publish of `policy` (TOML) on `base`, for everyone or for a canary share.
+    pub(crate) fn toml(base: u64, policy: String, message: String, share: Option<u8>) -> Self {
+        Publish {
+            base,
+            policy,
+            format: Format::Toml,
+            message,
+            canary: share.map(Selector::Share),
+        }
+    }
+}
+
+/// Checks and publishes one new version as `caller`: the API's publish and the dashboard's.
+pub(crate) async fn publish_text(
+    center: &Center,
+    caller: &Caller,
+    service: &str,
+    body: &Publish,
+) -> Result<Version, ApiError> {
     caller.may_edit()?;
-    check_name("service", &service)?;
+    check_name("service", service)?;
     let file = match body.format {
         Format::Toml => PolicyFile::from_toml(&body.policy),
         Format::Json => PolicyFile::from_json(&body.policy),
@@ -92,7 +116,7 @@ pub(crate) async fn publish(
         "publish"
     };
     let release = Release {
-        service: &service,
+        service,
         base: body.base,
         file: &file,
         message: &body.message,
@@ -101,8 +125,7 @@ pub(crate) async fn publish(
         action,
         detail: None,
     };
-    let version = release.write(&center, &caller).await?;
-    Ok((StatusCode::CREATED, Json(version)))
+    release.write(center, caller).await
 }
 
 /// The findings of the policy linter at or above `blocks`, as one 422 naming each (rule, field,
@@ -142,11 +165,34 @@ pub(crate) async fn rollback(
     Path(service): Path<String>,
     Json(body): Json<Rollback>,
 ) -> Result<(StatusCode, Json<Version>), ApiError> {
+    let version = roll_back(&center, &caller, &service, &body).await?;
+    Ok((StatusCode::CREATED, Json(version)))
+}
+
+impl Rollback {
+    /// A rollback to `to` on `base`, with the default message.
+    pub(crate) fn to(base: u64, to: u64) -> Self {
+        Rollback {
+            base,
+            to,
+            message: String::new(),
+        }
+    }
+}
+
+/// Publishes version `to`'s policies again, as a new version on `base`, as `caller`: the
+/// API's rollback and the dashboard's.
+pub(crate) async fn roll_back(
+    center: &Center,
+    caller: &Caller,
+    service: &str,
+    body: &Rollback,
+) -> Result<Version, ApiError> {
     caller.may_edit()?;
-    check_name("service", &service)?;
+    check_name("service", service)?;
     let old = center
         .store()
-        .version(&service, body.to)
+        .version(service, body.to)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("{service} has no version {}", body.to)))?;
     let file = PolicyFile::from_toml(&old.policy)
@@ -154,10 +200,10 @@ pub(crate) async fn rollback(
     let message = if body.message.is_empty() {
         format!("rollback to version {}", body.to)
     } else {
-        body.message
+        body.message.clone()
     };
     let release = Release {
-        service: &service,
+        service,
         base: body.base,
         file: &file,
         message: &message,
@@ -166,8 +212,7 @@ pub(crate) async fn rollback(
         action: "rollback",
         detail: None,
     };
-    let version = release.write(&center, &caller).await?;
-    Ok((StatusCode::CREATED, Json(version)))
+    release.write(center, caller).await
 }
 
 /// One new version, about to be written: the one path every publish takes (the API's
@@ -345,11 +390,24 @@ async fn end_canary(
     body: Option<Json<Step>>,
     promote: bool,
 ) -> Result<StatusCode, ApiError> {
-    caller.may_edit()?;
     let message = body.map(|Json(step)| step.message).unwrap_or_default();
+    end_canary_as(&center, &caller, &service, &message, promote).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Promotes (or aborts) `service`'s canary as `caller`: the API's step and the dashboard's.
+pub(crate) async fn end_canary_as(
+    center: &Center,
+    caller: &Caller,
+    service: &str,
+    message: &str,
+    promote: bool,
+) -> Result<(), ApiError> {
+    caller.may_edit()?;
+    check_name("service", service)?;
     let canary = center
         .store()
-        .release(&service)
+        .release(service)
         .await?
         .and_then(|release| release.canary)
         .and_then(|v| u64::try_from(v).ok());
@@ -361,14 +419,14 @@ async fn end_canary(
         } else {
             "canary-abort"
         },
-        service: &service,
+        service,
         version: canary,
         instance: None,
-        detail: &message,
+        detail: message,
     };
     if !center.store().end_canary(promote, &audit).await? {
         return Err(ApiError::NotFound(format!("{service} has no canary")));
     }
-    refresh(&center, &service).await;
-    Ok(StatusCode::NO_CONTENT)
+    refresh(center, service).await;
+    Ok(())
 }

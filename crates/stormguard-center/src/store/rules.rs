@@ -3,7 +3,7 @@
 //! A rule is stored as the JSON the API accepted, one row per rule; a change of a rule and
 //! its audit record are written in one transaction, as a publish is with its own.
 
-use super::RuleRow;
+use super::{AuditRow, RuleRow};
 use super::{Backend, NewAudit, Store, StoreError, StoreKind, as_i64};
 
 impl Store {
@@ -86,5 +86,33 @@ impl Store {
             .await?
             .rows_affected());
         Ok(())
+    }
+
+    /// The audit records of `service` whose action starts with `prefix` (`rule-` for the
+    /// firing history of its rules), newest first, at most `limit`: read by their own query
+    /// so that a fleet's ACK records do not push them out of a page.
+    pub(crate) async fn audit_actions(
+        &self,
+        service: &str,
+        prefix: &str,
+        limit: u32,
+    ) -> Result<Vec<AuditRow>, StoreError> {
+        const SQL: &str = "SELECT id, at_ms, actor, action, service, version, instance, detail
+            FROM center_audit WHERE service = $1 AND action LIKE $2 ORDER BY id DESC LIMIT $3";
+        Ok(on_pool!(self, |pool| sqlx::query_as(SQL)
+            .bind(service)
+            .bind(format!("{prefix}%"))
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// Every service that has a version or a rule, by name.
+    pub(crate) async fn services(&self) -> Result<Vec<String>, StoreError> {
+        const SQL: &str = "SELECT service FROM center_services
+            UNION SELECT service FROM center_rules ORDER BY 1";
+        let rows: Vec<(String,)> =
+            on_pool!(self, |pool| sqlx::query_as(SQL).fetch_all(pool).await?);
+        Ok(rows.into_iter().map(|(service,)| service).collect())
     }
 }
