@@ -29,6 +29,7 @@ mod policy_center;
 mod proxy;
 mod render;
 mod run;
+mod selfheal;
 
 use std::process::ExitCode;
 
