@@ -1,7 +1,7 @@
 # --- stormguard-idempotency: database and broker servers for the store tests ---------------
 # Source this from .ci/run before `cargo test` (it exports variables). It starts PostgreSQL,
 # MariaDB, Redis, RabbitMQ and NATS (with JetStream) if they are down (and Prometheus, for the
-# `advise timeouts` test; see the end of this file), waits (bounded) until
+# `advise timeouts` and PromQL collector tests; see the end of this file), waits (bounded) until
 # each answers, makes sure the `test` databases exist, exports
 # STORMGUARD_TEST_{POSTGRES,MYSQL,REDIS,AMQP,NATS}_URL and STORMGUARD_REQUIRE_ALL_STORES=1 (so
 # a store or broker test can never silently skip in CI), and exits non-zero with a clear
@@ -102,17 +102,14 @@ echo "ci: store and broker test URLs exported"
 #   cargo clippy -p stormguard-idempotency --all-features --all-targets -- -D warnings
 # -----------------------------------------------------------------------------------------
 
-# Prometheus (Debian's `prometheus`) for `advise timeouts --prometheus`: scrapes the test
-# service that crates/stormguard-cli/tests/advise.rs serves on 127.0.0.1:19091, every second.
+# Prometheus (Debian's `prometheus`), scraping every second the test services of
+# crates/stormguard-cli/tests/advise.rs (`advise timeouts --prometheus`, 127.0.0.1:19091) and
+# crates/stormguard-center/tests/collect_promql.rs (the center's PromQL collector,
+# 127.0.0.1:19092). The configuration is written on every run; a Prometheus already running
+# with an older one is told to reload it (SIGHUP), never stopped.
 SG_PROM_DIR=/tmp/stormguard-ci-prometheus
-if ! curl -sf http://127.0.0.1:19090/-/ready >/dev/null 2>&1; then
-    command -v prometheus >/dev/null 2>&1 \
-        || apt-get install -y -q prometheus >/dev/null 2>&1 \
-        || { apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null; } \
-        || sg_fail "cannot install Debian's prometheus"
-    echo "ci: starting Prometheus"
-    mkdir -p "$SG_PROM_DIR/data"
-    cat >"$SG_PROM_DIR/prometheus.yml" <<'YAML'
+mkdir -p "$SG_PROM_DIR/data"
+cat >"$SG_PROM_DIR/prometheus.yml.new" <<'YAML'
 global:
   scrape_interval: 1s
   evaluation_interval: 1s
@@ -120,8 +117,39 @@ scrape_configs:
   - job_name: stormguard-advise-test
     static_configs:
       - targets: ["127.0.0.1:19091"]
+  - job_name: stormguard-rules-test
+    static_configs:
+      - targets: ["127.0.0.1:19092"]
 YAML
-    start-stop-daemon --start --oknodo --background --exec /usr/bin/prometheus -- \
+if cmp -s "$SG_PROM_DIR/prometheus.yml.new" "$SG_PROM_DIR/prometheus.yml"; then
+    rm -f "$SG_PROM_DIR/prometheus.yml.new"
+    sg_prom_changed=0
+else
+    mv "$SG_PROM_DIR/prometheus.yml.new" "$SG_PROM_DIR/prometheus.yml"
+    sg_prom_changed=1
+fi
+if curl -sf http://127.0.0.1:19090/-/ready >/dev/null 2>&1; then
+    if [ "$sg_prom_changed" = 1 ]; then
+        # The process listening on :19090 (started by an earlier run, with or without our
+        # pid file).
+        sg_prom_pid=$(cat "$SG_PROM_DIR/prometheus.pid" 2>/dev/null || true)
+        if [ -z "$sg_prom_pid" ] || ! kill -0 "$sg_prom_pid" 2>/dev/null; then
+            sg_prom_pid=$(ss -Hltnp 'sport = :19090' 2>/dev/null | grep -o 'pid=[0-9]*' | head -n1 | cut -d= -f2)
+        fi
+        if [ -n "$sg_prom_pid" ] && kill -HUP "$sg_prom_pid" 2>/dev/null; then
+            echo "ci: Prometheus (pid $sg_prom_pid) told to reload its configuration"
+        else
+            echo "ci: WARNING: cannot find the Prometheus on :19090 to reload it; new targets are not scraped" >&2
+        fi
+    fi
+else
+    command -v prometheus >/dev/null 2>&1 \
+        || apt-get install -y -q prometheus >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null; } \
+        || sg_fail "cannot install Debian's prometheus"
+    echo "ci: starting Prometheus"
+    start-stop-daemon --start --oknodo --background --make-pidfile \
+        --pidfile "$SG_PROM_DIR/prometheus.pid" --exec /usr/bin/prometheus -- \
         --config.file="$SG_PROM_DIR/prometheus.yml" --storage.tsdb.path="$SG_PROM_DIR/data" \
         --storage.tsdb.retention.time=1d --web.listen-address=127.0.0.1:19090 \
         || echo "ci: start-stop-daemon failed for prometheus; waiting anyway" >&2
@@ -129,3 +157,4 @@ fi
 sg_wait Prometheus 60 curl -sf http://127.0.0.1:19090/-/ready
 export STORMGUARD_TEST_PROMETHEUS_URL=http://127.0.0.1:19090
 export STORMGUARD_TEST_PROMETHEUS_TARGET=127.0.0.1:19091
+export STORMGUARD_TEST_PROMETHEUS_RULES_TARGET=127.0.0.1:19092

@@ -28,6 +28,10 @@
 //!   by a [`RuleRunner`] on the observations a collector hands it: each firing and revert
 //!   is a version published like any other, by `rule:<name>`, with the observed values in
 //!   its audit record; a dry-run rule only writes `rule-dry-run` audit records.
+//! - **Collection.** A [`Collector`] reads each service's numbers every second — from each
+//!   instance's `/metrics` (the instance announces the URL with its watch), or from a
+//!   Prometheus server with PromQL — keeps the recent rounds in the [`MetricHistory`]
+//!   ([`Center::metric_history`]) and hands them to the [`RuleRunner`] ([`collect`]).
 //! - **Store.** SQLite embedded by default; PostgreSQL for several replicas behind a load
 //!   balancer, which learn of each other's publishes through LISTEN/NOTIFY ([`Store`]).
 //!
@@ -53,7 +57,7 @@
 //! | `POST /v1/services/{s}/rollback` | editor | `{base, to, message?}` → 201 [`Version`] |
 //! | `POST /v1/services/{s}/canary/promote`, `…/canary/abort` | editor | end the canary |
 //! | `GET /v1/services/{s}/status` | viewer | [`Status`]: stable, canary, every instance's target and ACK |
-//! | `GET /v1/services/{s}/watch?instance=&labels=k=v,…` | instance | server-sent events of [`Snapshot`]s |
+//! | `GET /v1/services/{s}/watch?instance=&labels=k=v,…&metrics=` | instance | server-sent events of [`Snapshot`]s; `metrics`, the instance's `/metrics` URL, is scraped while the stream is open |
 //! | `GET /v1/services/{s}/policy?instance=&labels=` | instance, viewer | the [`Snapshot`] with `ETag`; 304 on `If-None-Match` |
 //! | `POST /v1/services/{s}/acks` | instance | `{instance, version, applied, reason?}` |
 //! | `GET /v1/audit?service=&limit=` | viewer | [`AuditRecord`]s, newest first |
@@ -84,6 +88,7 @@
 
 mod api;
 mod auth;
+pub mod collect;
 mod error;
 pub mod fanout;
 mod hub;
@@ -95,6 +100,10 @@ mod version;
 
 pub use api::admin::{AuditRecord, InstanceStatus, Status};
 pub use auth::{Caller, Role, new_token};
+pub use collect::{
+    CollectConfig, Collected, Collector, EndpointTraffic, MetricHistory, PrometheusSource, Round,
+    ScrapeTargets, Source,
+};
 pub use error::ApiError;
 pub use hub::Selector;
 pub use rules::{RuleEvent, RuleRunner};

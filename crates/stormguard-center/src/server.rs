@@ -68,6 +68,8 @@ struct Inner {
     store: Store,
     hub: Hub,
     config: CenterConfig,
+    targets: crate::collect::ScrapeTargets,
+    history: crate::collect::MetricHistory,
     listener: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -94,6 +96,8 @@ impl Center {
                 store: store.clone(),
                 hub,
                 config,
+                targets: crate::collect::ScrapeTargets::default(),
+                history: crate::collect::MetricHistory::default(),
                 listener: std::sync::Mutex::new(None),
             }),
         };
@@ -125,6 +129,21 @@ impl Center {
     /// The configuration.
     pub fn config(&self) -> &CenterConfig {
         &self.inner.config
+    }
+
+    /// Where this replica scrapes each instance's `/metrics` (announced with the watches,
+    /// or added by the operator).
+    pub fn scrape_targets(&self) -> &crate::collect::ScrapeTargets {
+        &self.inner.targets
+    }
+
+    /// The recent rounds of observations of each service, as a [`Collector`] records them
+    /// (the last [`DEFAULT_HISTORY_ROUNDS`] per service): what the dashboard charts.
+    ///
+    /// [`Collector`]: crate::collect::Collector
+    /// [`DEFAULT_HISTORY_ROUNDS`]: crate::collect::DEFAULT_HISTORY_ROUNDS
+    pub fn metric_history(&self) -> &crate::collect::MetricHistory {
+        &self.inner.history
     }
 
     /// Makes a new token with this role (an `instance` token is for `service` only) and

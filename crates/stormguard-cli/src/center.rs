@@ -5,14 +5,26 @@
 //! `/metrics` serves the Prometheus text. Deny by default: without `--admin-token` (or
 //! `STORMGUARD_CENTER_ADMIN_TOKEN`) and no token in the database, nobody can do anything,
 //! so the first start sets one and the admin makes the others (`POST /v1/tokens`).
+//!
+//! The center runs its services' metric-driven rules on numbers it collects every
+//! `--collect-interval` (1 s): by default it scrapes the `/metrics` of each instance that
+//! announced one with its watch, and of each `--scrape SERVICE=INSTANCE=URL`; with
+//! `--prometheus URL` it asks that Prometheus server instead (PromQL over its HTTP API,
+//! `--prometheus-selector` choosing a service's series, `rate()` over `--prometheus-window`).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use stormguard_center::collect::DEFAULT_SELECTOR;
 use stormguard_center::fanout::NatsFanout;
 use stormguard_center::metric_names::PUBLISH_TO_ACK;
-use stormguard_center::{Center, CenterConfig, Role, Store};
+use stormguard_center::{
+    Center, CenterConfig, CollectConfig, Collector, PrometheusSource, Role, RuleRunner, Source,
+    Store,
+};
 
 use crate::run::Failure;
 
@@ -43,6 +55,27 @@ pub(crate) struct CenterArgs {
     /// severity (never: publish whatever validates). Rollbacks are not linted.
     #[arg(long, value_enum, default_value_t = crate::governance::FailOn::Error)]
     lint_blocks: crate::governance::FailOn,
+    /// How often the rules' numbers are collected (scraped or queried).
+    #[arg(long, default_value = "1s", value_parser = crate::parse::duration)]
+    collect_interval: Duration,
+    /// Also scrape this instance's /metrics: SERVICE=INSTANCE=URL (repeatable), for
+    /// instances that do not announce theirs with their watch.
+    #[arg(long = "scrape", value_name = "SERVICE=INSTANCE=URL")]
+    scrape: Vec<String>,
+    /// Read the rules' numbers from this Prometheus server (http://HOST:9090) with PromQL
+    /// instead of scraping the instances.
+    #[arg(long)]
+    prometheus: Option<String>,
+    /// The label matchers of a service's series in Prometheus, {service} replaced by its
+    /// name.
+    #[arg(long, default_value = DEFAULT_SELECTOR)]
+    prometheus_selector: String,
+    /// The window of each rate() (at least twice Prometheus's scrape interval).
+    #[arg(long, default_value = "1m", value_parser = crate::parse::duration)]
+    prometheus_window: Duration,
+    /// At most this many automatic changes (rule firings and reverts) per service per hour.
+    #[arg(long, default_value_t = stormguard::rules::DEFAULT_CHANGES_PER_HOUR)]
+    max_rule_changes_per_hour: u32,
 }
 
 /// Runs the center until Ctrl-C.
@@ -50,6 +83,16 @@ pub(crate) fn run(args: CenterArgs) -> Result<String, Failure> {
     if args.admin_token.as_ref().is_some_and(|t| t.len() < 16) {
         return Err(Failure::Usage(
             "--admin-token: at least 16 characters".to_owned(),
+        ));
+    }
+    if args.collect_interval.is_zero() {
+        return Err(Failure::Usage(
+            "--collect-interval: must be more than 0".to_owned(),
+        ));
+    }
+    if args.prometheus.is_some() && !args.scrape.is_empty() {
+        return Err(Failure::Usage(
+            "--scrape and --prometheus: choose one source".to_owned(),
         ));
     }
     tracing_subscriber::fmt()
@@ -100,6 +143,7 @@ async fn serve(args: CenterArgs) -> Result<(), Failure> {
             .await
             .map_err(|e| Failure::Failed(format!("admin token: {e}")))?;
     }
+    start_collecting(&center, &args)?;
     let listener = stormguard_tower::listen::bind(args.listen)
         .await
         .map_err(|e| Failure::Usage(format!("--listen {}: {e}", args.listen)))?;
@@ -114,6 +158,43 @@ async fn serve(args: CenterArgs) -> Result<(), Failure> {
         })
         .await
         .map_err(|e| Failure::Io(format!("serving: {e}")))
+}
+
+/// Lists the `--scrape` targets and starts the collector and the rules it feeds.
+fn start_collecting(center: &Center, args: &CenterArgs) -> Result<(), Failure> {
+    for target in &args.scrape {
+        let mut parts = target.splitn(3, '=');
+        let (Some(service), Some(instance), Some(url)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(Failure::Usage(format!(
+                "--scrape {target:?}: expected SERVICE=INSTANCE=URL"
+            )));
+        };
+        center
+            .scrape_targets()
+            .add_static(service, instance, url)
+            .map_err(|e| Failure::Usage(format!("--scrape {target:?}: {e}")))?;
+    }
+    let source = match &args.prometheus {
+        None => Source::Scrape,
+        Some(url) => Source::Prometheus(PrometheusSource {
+            selector: args.prometheus_selector.clone(),
+            window: args.prometheus_window,
+            ..PrometheusSource::new(url)
+        }),
+    };
+    let config = CollectConfig {
+        source,
+        interval: args.collect_interval,
+        timeout: args.collect_interval.max(Duration::from_secs(1)),
+    };
+    let runner = Arc::new(RuleRunner::new(
+        center.clone(),
+        args.max_rule_changes_per_hour,
+    ));
+    let collector = Collector::new(center.clone(), runner, config);
+    tokio::spawn(collector.run(std::future::pending()));
+    Ok(())
 }
 
 /// The kind of store, for the log (never the URL: it may hold a password).

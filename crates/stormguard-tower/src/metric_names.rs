@@ -10,6 +10,7 @@
 //! | --- | --- | --- | --- |
 //! | [`REQUESTS`] | counter | `endpoint`, `outcome` | logical requests, by how they ended ([`StopReason::label`](stormguard::retry::StopReason::label)) |
 //! | [`ATTEMPTS`] | counter | `endpoint` | attempts sent, the first included |
+//! | [`RESPONSES`] | counter | `endpoint`, `code` | attempts that ended, by the HTTP status answered (`504`), or `none` when no response came (timeout, refused connection, …) |
 //! | [`RETRIES`] | counter | `endpoint`, `reason` | retries sent, by [`RetryReason::label`](stormguard::retry::RetryReason::label) |
 //! | [`REFUSALS`] | counter | `endpoint`, `by` | calls or retries not sent: `budget`, `circuit_open`, `throttled`, `deadline_too_close` |
 //! | [`BUDGET_REFUSALS`] | counter | `endpoint` | retries and hedges the retry budget refused |
@@ -30,6 +31,10 @@
 pub const REQUESTS: &str = "stormguard_requests_total";
 /// Counter of attempts sent, the first included.
 pub const ATTEMPTS: &str = "stormguard_attempts_total";
+/// Counter of attempts that ended, labelled `code`: the HTTP status of the response
+/// (`"504"`), or `"none"` when none came. What the policy center's error ratios by status
+/// code and class are made of.
+pub const RESPONSES: &str = "stormguard_responses_total";
 /// Counter of retries sent, labelled `reason`.
 pub const RETRIES: &str = "stormguard_retries_total";
 /// Counter of calls and retries not sent, labelled `by`.

@@ -36,6 +36,9 @@ pub(crate) struct Instance {
     /// `key=value,key=value`.
     #[serde(default)]
     labels: Option<String>,
+    /// Where the instance serves its Prometheus `/metrics`, scraped while it watches.
+    #[serde(default)]
+    metrics: Option<String>,
 }
 
 impl Instance {
@@ -74,6 +77,14 @@ pub(crate) async fn watch(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
+    let announced = match who.metrics.as_deref().filter(|m| !m.is_empty()) {
+        Some(url) => Some(
+            center
+                .scrape_targets()
+                .announce(&service, &who.instance, url)?,
+        ),
+        None => None,
+    };
     let labels_text = serde_json::to_string(&labels).unwrap_or_default();
     center
         .store()
@@ -86,6 +97,7 @@ pub(crate) async fn watch(
         labels,
         sent: last_seen,
         _gauge: WatcherGauge::new(),
+        _announced: announced,
     };
     Ok(
         Sse::new(futures_util::stream::unfold(stream, WatchStream::next))
@@ -101,6 +113,8 @@ struct WatchStream {
     /// The version last sent (or named by `Last-Event-ID`).
     sent: Option<u64>,
     _gauge: WatcherGauge,
+    /// Keeps the instance's metrics URL listed while the stream lives.
+    _announced: Option<crate::collect::Announced>,
 }
 
 impl WatchStream {

@@ -17,6 +17,14 @@ impl Store {
             .await?))
     }
 
+    /// The services with at least one rule, by name.
+    pub(crate) async fn rule_services(&self) -> Result<Vec<String>, StoreError> {
+        const SQL: &str = "SELECT DISTINCT service FROM center_rules ORDER BY service";
+        let rows: Vec<(String,)> =
+            on_pool!(self, |pool| sqlx::query_as(SQL).fetch_all(pool).await?);
+        Ok(rows.into_iter().map(|(service,)| service).collect())
+    }
+
     /// Writes (or replaces) one rule of the audit's service, with the audit record.
     pub(crate) async fn put_rule(
         &self,

@@ -8,8 +8,8 @@ use stormguard::breaker::{BreakerState, StateChange};
 use super::{AttemptEnd, AttemptStart, CallEnd, CallInfo, FallbackReason, HedgeEvent};
 use crate::metric_names::{
     ATTEMPT_DURATION, ATTEMPTS, BREAKER_STATE, BREAKER_TRANSITIONS, BUDGET_REFUSALS,
-    DEADLINE_DROPS, DEADLINE_HEADER_ERRORS, FALLBACKS, HEDGES, REFUSALS, REQUESTS, RETRIES,
-    RETRY_DELAY,
+    DEADLINE_DROPS, DEADLINE_HEADER_ERRORS, FALLBACKS, HEDGES, REFUSALS, REQUESTS, RESPONSES,
+    RETRIES, RETRY_DELAY,
 };
 
 /// Registers units and help texts for this crate's metrics with the installed recorder. Call
@@ -22,6 +22,11 @@ pub fn describe_metrics() {
         "Logical requests through the client stack, by endpoint and how they ended (outcome)."
     );
     describe_counter!(ATTEMPTS, Unit::Count, "Attempts sent, the first included.");
+    describe_counter!(
+        RESPONSES,
+        Unit::Count,
+        "Attempts that ended, by the HTTP status answered (code), or none when no response came."
+    );
     describe_counter!(RETRIES, Unit::Count, "Retries sent, by reason.");
     describe_counter!(
         REFUSALS,
@@ -82,6 +87,10 @@ pub(super) fn attempt_started(call: &CallInfo<'_>, attempt: &AttemptStart) {
 pub(super) fn attempt_ended(call: &CallInfo<'_>, attempt: &AttemptEnd) {
     histogram!(ATTEMPT_DURATION, "endpoint" => endpoint(call))
         .record(attempt.elapsed.as_secs_f64());
+    let code = attempt
+        .status
+        .map_or_else(|| "none".to_owned(), |status| status.as_str().to_owned());
+    counter!(RESPONSES, "endpoint" => endpoint(call), "code" => code).increment(1);
 }
 
 pub(super) fn call_finished(call: &CallInfo<'_>, end: &CallEnd) {

@@ -43,7 +43,8 @@
 //! # Metrics (`metrics`)
 //!
 //! The names in [`metric_names`](crate::metric_names), every one labelled with the
-//! `endpoint`: requests by `outcome` (the stop reason), attempts, retries by `reason`,
+//! `endpoint`: requests by `outcome` (the stop reason), attempts, attempt results by `code`
+//! (the HTTP status, or `none`), retries by `reason`,
 //! refusals by `by` (budget, circuit_open, throttled, deadline_too_close), breaker state and
 //! transitions, hedges sent/won/cancelled, fallbacks, and the attempt-duration and
 //! retry-delay histograms (seconds). Call `describe_metrics()` (feature `metrics`) once to give them units and

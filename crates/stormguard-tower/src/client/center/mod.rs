@@ -59,6 +59,7 @@ pub struct CenterWatchConfig {
     pub(crate) poll_interval: Duration,
     pub(crate) backoff: Backoff,
     pub(crate) seed: Option<u64>,
+    pub(crate) metrics_url: Option<String>,
     /// The NATS server and bucket to watch instead of the center's stream.
     #[cfg(feature = "center-nats")]
     pub(crate) nats: Option<(String, String)>,
@@ -80,6 +81,7 @@ impl CenterWatchConfig {
                 .with_cap(Duration::from_secs(30))
                 .with_jitter(Jitter::Full),
             seed: None,
+            metrics_url: None,
             #[cfg(feature = "center-nats")]
             nats: None,
         }
@@ -88,6 +90,15 @@ impl CenterWatchConfig {
     /// The instance's labels (a canary can select instances by label).
     pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> Self {
         self.labels = labels;
+        self
+    }
+
+    /// Announce where this instance serves its Prometheus `/metrics`
+    /// (`http://10.0.0.5:9100/metrics`): while the watch stream is open, the center scrapes
+    /// it for its metric-driven rules. An `http` or `https` URL without credentials; the
+    /// center refuses the watch (400) otherwise.
+    pub fn with_metrics_url(mut self, url: &str) -> Self {
+        self.metrics_url = Some(url.to_owned());
         self
     }
 

@@ -179,13 +179,18 @@ impl<O: Observer> Session<O> {
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        format!(
+        let mut url = format!(
             "{}/v1/services/{}/{route}?instance={}&labels={}",
             self.config.url,
             encode(&self.config.service),
             encode(&self.config.instance),
             encode(&labels.join(","))
-        )
+        );
+        if let Some(metrics) = &self.config.metrics_url {
+            url.push_str("&metrics=");
+            url.push_str(&encode(metrics));
+        }
+        url
     }
 
     /// Follows the center's stream, or its NATS bucket when configured.

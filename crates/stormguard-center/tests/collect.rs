@@ -1,0 +1,251 @@
+//! The scrape path of the center's collector against real HTTP servers on 127.0.0.1: two
+//! instances serve `/metrics` (one announces it with its real watch, one is listed by the
+//! operator), the collector reads them at instants the test chooses (an injected clock: no
+//! sleeps, no timers), and the rule fires on the increases and reverts when they clear;
+//! the rounds are in the center's history; a page that is not the exposition format fails
+//! that instance only, naming the line; a bad metrics URL refuses the watch.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use serde_json::json;
+use stormguard::rules::{Series, Verdict};
+use stormguard_center::{CollectConfig, Collector, RuleRunner};
+use stormguard_tower::client::{CenterWatch, CenterWatchConfig};
+use support::{TestCenter, attempts, client_stack};
+
+/// One instance's `/metrics`, written by the test.
+#[derive(Clone, Default)]
+struct Instance {
+    page: Arc<Mutex<String>>,
+}
+
+impl Instance {
+    /// Serves the page on 127.0.0.1; returns its URL.
+    async fn serve(&self) -> String {
+        let page = self.page.clone();
+        let router = Router::new().route(
+            "/metrics",
+            get(move || {
+                let page = page.clone();
+                async move { page.lock().unwrap().clone() }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        format!("http://{addr}/metrics")
+    }
+
+    /// The counters after `ok` calls answered 200 and `failed` calls that got 504 on each
+    /// of their 3 attempts.
+    fn set(&self, ok: u64, failed: u64) {
+        let attempts = ok + 3 * failed;
+        *self.page.lock().unwrap() = format!(
+            "# TYPE stormguard_requests_total counter\n\
+             stormguard_requests_total{{endpoint=\"default\",outcome=\"succeeded\"}} {ok}\n\
+             stormguard_requests_total{{endpoint=\"default\",outcome=\"attempts_exhausted\"}} {failed}\n\
+             stormguard_attempts_total{{endpoint=\"default\"}} {attempts}\n\
+             stormguard_responses_total{{endpoint=\"default\",code=\"200\"}} {ok}\n\
+             stormguard_responses_total{{endpoint=\"default\",code=\"504\"}} {f3}\n\
+             stormguard_attempt_duration_seconds_bucket{{endpoint=\"default\",le=\"0.1\"}} {ok}\n\
+             stormguard_attempt_duration_seconds_bucket{{endpoint=\"default\",le=\"1\"}} {attempts}\n\
+             stormguard_attempt_duration_seconds_bucket{{endpoint=\"default\",le=\"+Inf\"}} {attempts}\n\
+             process_resident_memory_bytes 4096\n",
+            f3 = 3 * failed
+        );
+    }
+}
+
+fn rule() -> serde_json::Value {
+    json!({
+        "name": "cdn-504",
+        "service": "web",
+        "endpoint": "default",
+        "for": "2s",
+        "exit_for": "2s",
+        "when": { "series": "error_ratio", "code": 504, "above": 0.10, "exit_below": 0.02 },
+        "actions": [{ "set": "attempts", "max_attempts": 1 }]
+    })
+}
+
+async fn setup() -> (TestCenter, Collector) {
+    let center = TestCenter::sqlite().await;
+    let editor = center.api(&center.editor);
+    assert_eq!(editor.publish("web", 0, &attempts(3)).await.0, 201);
+    let (status, _) = editor
+        .send(
+            "PUT",
+            "/v1/services/web/rules/cdn-504",
+            Some(rule().to_string().into_bytes()),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let runner = Arc::new(RuleRunner::new(center.center.clone(), 6));
+    let collector = Collector::new(center.center.clone(), runner, CollectConfig::default());
+    (center, collector)
+}
+
+/// A real watch of `web` announcing `metrics`, open once it has applied version 1.
+async fn watch(center: &TestCenter, instance: &str, metrics: &str) -> CenterWatch {
+    let token = center.instance_token("web").await;
+    let layer = client_stack(3);
+    let config = CenterWatchConfig::new(&center.url(), "web", instance, &token)
+        .with_poll_interval(Duration::from_secs(3600))
+        .with_metrics_url(metrics);
+    let watch = CenterWatch::start(layer.policies(), config).unwrap();
+    watch.wait_for(|s| s.applied == Some(1)).await;
+    watch
+}
+
+#[tokio::test]
+async fn scraped_increases_fire_the_rule_and_its_revert() {
+    let (center, collector) = setup().await;
+    let (one, two) = (Instance::default(), Instance::default());
+    one.set(100, 0);
+    two.set(50, 0);
+    let one_url = one.serve().await;
+    let two_url = two.serve().await;
+    let watching = watch(&center, "web-1", &one_url).await;
+    center
+        .center
+        .scrape_targets()
+        .add_static("web", "web-2", &two_url)
+        .unwrap();
+    assert_eq!(center.center.scrape_targets().of("web").len(), 2);
+
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    // The first scrape is a baseline: no rates yet.
+    let first = collector.round(at(0)).await;
+    let round = first[0].round.clone().unwrap();
+    assert_eq!((round.instances, round.failures.len()), (2, 0));
+    assert_eq!(round.error_ratio("default"), None);
+
+    // web-1: 20 calls, 10 of them 504 on all 3 attempts; web-2: 20 good calls.
+    one.set(110, 10);
+    two.set(70, 0);
+    let second = collector.round(at(1)).await;
+    let round = second[0].round.clone().unwrap();
+    let seen = &round.observations;
+    assert_eq!(
+        seen.get(Some("default"), Series::ErrorRatio),
+        Some(10.0 / 40.0)
+    );
+    // 30 attempts of 504 out of 60 ended attempts.
+    assert_eq!(
+        seen.get(Some("default"), Series::ErrorRatioCode(504)),
+        Some(0.5)
+    );
+    assert_eq!(
+        seen.get(Some("default"), Series::ErrorRatioClass(5)),
+        Some(0.5)
+    );
+    assert_eq!(seen.get(None, Series::Memory), Some(4096.0));
+    assert_eq!(round.attempts_per_request("default"), Some(60.0 / 40.0));
+    assert_eq!(round.endpoints["default"].requests_per_second, 40.0);
+    assert!(
+        second[0].events.as_ref().unwrap().is_empty(),
+        "held 0 s of 2 s"
+    );
+
+    one.set(120, 20);
+    two.set(90, 0);
+    let third = collector.round(at(3)).await;
+    let events = third[0].events.as_ref().unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (events[0].verdict, events[0].version),
+        (Verdict::Fire, Some(2))
+    );
+
+    // The 504s stop: the condition clears, and after exit_for the rule reverts.
+    one.set(150, 20);
+    two.set(110, 0);
+    assert!(
+        collector.round(at(4)).await[0]
+            .events
+            .as_ref()
+            .unwrap()
+            .is_empty()
+    );
+    one.set(180, 20);
+    two.set(130, 0);
+    let reverted = collector.round(at(6)).await;
+    let events = reverted[0].events.as_ref().unwrap();
+    assert_eq!(
+        (events[0].verdict, events[0].version),
+        (Verdict::Revert, Some(3))
+    );
+
+    let history = center.center.metric_history().rounds("web");
+    assert_eq!(history.len(), 5);
+    assert_eq!(history[4].error_ratio("default"), Some(0.0));
+    assert!(history.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+
+    // The watch ends: its instance is no longer scraped.
+    drop(watching);
+    let targets = center.center.scrape_targets().clone();
+    for _ in 0..1000 {
+        if targets.of("web").len() == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(targets.of("web"), [("web-2".to_owned(), two_url)]);
+}
+
+#[tokio::test]
+async fn a_page_that_is_not_the_exposition_format_fails_its_instance_only() {
+    let (center, collector) = setup().await;
+    let (good, bad) = (Instance::default(), Instance::default());
+    good.set(10, 0);
+    *bad.page.lock().unwrap() = "ok 1\n<html>oops</html>\n".to_owned();
+    let targets = center.center.scrape_targets();
+    targets
+        .add_static("web", "good", &good.serve().await)
+        .unwrap();
+    targets
+        .add_static("web", "bad", &bad.serve().await)
+        .unwrap();
+    targets
+        .add_static("web", "gone", "http://127.0.0.1:9/metrics")
+        .unwrap();
+    let rounds = collector.round(Instant::now()).await;
+    let round = rounds[0].round.clone().unwrap();
+    assert_eq!(round.instances, 1);
+    assert_eq!(round.failures.len(), 2, "{:?}", round.failures);
+    assert!(
+        round.failures[0].starts_with("bad: ") && round.failures[0].contains("line 2"),
+        "{:?}",
+        round.failures
+    );
+    assert!(
+        round.failures[1].starts_with("gone: "),
+        "{:?}",
+        round.failures
+    );
+}
+
+#[tokio::test]
+async fn a_watch_announcing_a_bad_metrics_url_is_refused() {
+    let center = TestCenter::sqlite().await;
+    let token = center.instance_token("web").await;
+    let api = center.api(&token);
+    for url in ["ftp%3A%2F%2Fh%2Fm", "http%3A%2F%2Fu%3Ap%40h%2Fm", "nope"] {
+        let (status, body) = api
+            .get(&format!("/v1/services/web/watch?instance=a&metrics={url}"))
+            .await;
+        assert_eq!(status, 400, "{url}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("metrics URL"),
+            "{body}"
+        );
+    }
+    assert!(center.center.scrape_targets().services().is_empty());
+}
