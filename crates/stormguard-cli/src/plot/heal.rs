@@ -44,11 +44,7 @@ pub(crate) fn self_heal(bins: &[Bin], s: &Summary) -> Figure {
         style,
         colour,
     };
-    let top_version = bins
-        .iter()
-        .filter_map(|b| b.version_max)
-        .max()
-        .unwrap_or(1) as f64;
+    let top_version = bins.iter().filter_map(|b| b.version_max).max().unwrap_or(1) as f64;
     let errors = Panel {
         title: format!(
             "Users: {} errors, none after the switch{}",
@@ -82,7 +78,10 @@ pub(crate) fn self_heal(bins: &[Bin], s: &Summary) -> Figure {
             s.max_attempts_before, s.max_attempts_switched
         ),
         x: x(),
-        y: Axis::linear("attempts per request", 0.0..f64::from(s.max_attempts_before.max(2)) + 0.5),
+        y: Axis::linear(
+            "attempts per request",
+            0.0..f64::from(s.max_attempts_before.max(2)) + 0.5,
+        ),
         series: vec![
             line("mean", Style::Line, 2, Bin::attempts_per_request),
             line("most", Style::Thin, 3, |b| f64::from(b.max_attempts)),
@@ -98,14 +97,21 @@ pub(crate) fn self_heal(bins: &[Bin], s: &Summary) -> Figure {
                 "Center: the rule published version {} and reverted with version {}",
                 f.version, r.version
             ),
-            (Some(f), None) => format!("Center: the rule published version {}, no revert", f.version),
+            (Some(f), None) => format!(
+                "Center: the rule published version {}, no revert",
+                f.version
+            ),
             _ => "Center: the rule never fired".to_owned(),
         },
         x: x(),
         y: Axis::linear("policy version", 0.0..top_version + 1.0),
         series: vec![
-            line("lowest", Style::Line, 4, |b| b.version_min.unwrap_or(0) as f64),
-            line("highest", Style::Thin, 5, |b| b.version_max.unwrap_or(0) as f64),
+            line("lowest", Style::Line, 4, |b| {
+                b.version_min.unwrap_or(0) as f64
+            }),
+            line("highest", Style::Thin, 5, |b| {
+                b.version_max.unwrap_or(0) as f64
+            }),
         ],
         spans: outage,
         rules: switch,

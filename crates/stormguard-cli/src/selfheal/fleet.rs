@@ -123,8 +123,6 @@ pub(crate) struct FleetConfig {
     pub(crate) center: String,
     /// One `instance` token per instance (the center's role for watchers).
     pub(crate) tokens: Vec<String>,
-    /// The CDN stand-in the clients call.
-    pub(crate) cdn: String,
     /// The backup source their fallback calls.
     pub(crate) backup: String,
     /// Seeds the jitter: instance *i* draws from `seed + i`.

@@ -128,7 +128,9 @@ pub(crate) fn read(run: &Run) -> (Vec<Bin>, Summary) {
         .zip(all_switched)
         .map(|(a, b)| b.saturating_sub(a));
     let on_fired = |req: &super::timeline::Request| {
-        fired.as_ref().is_some_and(|f| req.version == Some(f.version))
+        fired
+            .as_ref()
+            .is_some_and(|f| req.version == Some(f.version))
     };
     let errors: Vec<_> = r
         .requests
@@ -172,17 +174,15 @@ pub(crate) fn read(run: &Run) -> (Vec<Bin>, Summary) {
 }
 
 /// The most attempts of a call that ended while every instance ran the fired version.
-fn max_attempts_between(
-    r: &Record,
-    from: Option<Duration>,
-    reverted: Option<&Version>,
-) -> u32 {
+fn max_attempts_between(r: &Record, from: Option<Duration>, reverted: Option<&Version>) -> u32 {
     let Some(from) = from else { return 0 };
     // Calls that started under the old version may end just after the switch: skip the
     // overall timeout's worth.
     let from = from + Duration::from_secs(2);
     let until = reverted
-        .and_then(|v| r.first(|m| matches!(m, Mark::Applied { version, .. } if *version == v.version)))
+        .and_then(|v| {
+            r.first(|m| matches!(m, Mark::Applied { version, .. } if *version == v.version))
+        })
         .unwrap_or(Duration::MAX);
     r.calls
         .iter()
@@ -334,7 +334,10 @@ fn story(s: &Summary) -> String {
         s.errors_after_switch
     ));
     line(format!("answered by the backup source: {}", s.from_backup));
-    line(format!("CDN recovered at            {}", at(s.recovered_at_s)));
+    line(format!(
+        "CDN recovered at            {}",
+        at(s.recovered_at_s)
+    ));
     match &s.reverted {
         Some(r) => line(format!(
             "rule reverted: version {} ({}); all clients at {}",

@@ -221,53 +221,87 @@ impl DemoCenter {
     }
 }
 
-/// Runs the story once, on tokio's clock (real or paused), and returns what happened.
+/// Everything started and following the center, the story not begun.
+pub(crate) struct World {
+    config: Config,
+    timeline: Arc<Timeline>,
+    center: DemoCenter,
+    images: ImageService,
+    fleet: Fleet,
+}
+
+impl World {
+    /// Starts the center (publishing the first version, storing the rules), the image
+    /// service and the clients, and waits until every client runs the first version.
+    pub(crate) async fn start(config: &Config) -> Result<World, String> {
+        config.validate()?;
+        let timeline = Arc::new(Timeline::start_now());
+        let center = DemoCenter::start(config.clients).await?;
+        center.prepare(config).await?;
+        let images = ImageService::start(&timeline).await?;
+        let fleet_config = FleetConfig {
+            center: center.url.clone(),
+            tokens: center.instances.clone(),
+            backup: images.backup.url.clone(),
+            seed: config.seed,
+        };
+        let policy =
+            PolicyFile::from_toml(&config.policy).map_err(|e| format!("the policy: {e}"))?;
+        let fleet = Fleet::start(&fleet_config, &policy, &timeline).await?;
+        Ok(World {
+            config: config.clone(),
+            timeline,
+            center,
+            images,
+            fleet,
+        })
+    }
+
+    /// Runs the story on tokio's clock (real or paused), from now: the users start, the
+    /// center collects and runs its rules, the CDN fails and recovers on schedule.
+    pub(crate) async fn play(mut self) -> Result<Run, String> {
+        let config = &self.config;
+        self.timeline.restart();
+        // The center's own collection loop, with its default interval: it scrapes the
+        // instances the watches announced and runs the stored rules on what it reads.
+        let rules = RuleSet::from_toml(&config.rules).map_err(|e| format!("the rules: {e}"))?;
+        let runner = Arc::new(RuleRunner::new(
+            self.center.center.clone(),
+            rules.max_changes_per_hour,
+        ));
+        let collector =
+            Collector::new(self.center.center.clone(), runner, CollectConfig::default());
+        let (stop_collecting, stopped) = tokio::sync::oneshot::channel::<()>();
+        let collecting = tokio::spawn(collector.run(async move {
+            let _ = stopped.await;
+        }));
+
+        let timeline = &self.timeline;
+        self.fleet
+            .start_users(&self.images.cdn.url, config.rate, timeline);
+        sleep_until(timeline, config.outage_at).await;
+        self.images.switch.set_failing(true);
+        sleep_until(timeline, config.outage_at + config.outage_for).await;
+        self.images.switch.set_failing(false);
+        sleep_until(timeline, config.duration).await;
+        self.fleet.stop();
+        // The requests in flight end within the policy's overall timeout.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let _ = stop_collecting.send(());
+        let _ = collecting.await;
+
+        let versions = self.center.versions().await?;
+        Ok(Run {
+            config: config.clone(),
+            record: timeline.snapshot(),
+            versions,
+        })
+    }
+}
+
+/// Runs the story once: [`World::start`], then [`World::play`].
 pub(crate) async fn run(config: &Config) -> Result<Run, String> {
-    config.validate()?;
-    let timeline = Arc::new(Timeline::start_now());
-    let center = DemoCenter::start(config.clients).await?;
-    center.prepare(config).await?;
-    let images = ImageService::start(&timeline).await?;
-    let fleet_config = FleetConfig {
-        center: center.url.clone(),
-        tokens: center.instances.clone(),
-        cdn: images.cdn.url.clone(),
-        backup: images.backup.url.clone(),
-        seed: config.seed,
-    };
-    let policy = PolicyFile::from_toml(&config.policy).map_err(|e| format!("the policy: {e}"))?;
-    let mut fleet = Fleet::start(&fleet_config, &policy, &timeline).await?;
-    // The center's own collection loop, with its default interval: it scrapes the
-    // instances the watches announced and runs the stored rules on what it reads.
-    let rules = RuleSet::from_toml(&config.rules).map_err(|e| format!("the rules: {e}"))?;
-    let runner = Arc::new(RuleRunner::new(
-        center.center.clone(),
-        rules.max_changes_per_hour,
-    ));
-    let collector = Collector::new(center.center.clone(), runner, CollectConfig::default());
-    let (stop_collecting, stopped) = tokio::sync::oneshot::channel::<()>();
-    let collecting = tokio::spawn(collector.run(async move {
-        let _ = stopped.await;
-    }));
-
-    fleet.start_users(&fleet_config.cdn, config.rate, &timeline);
-    sleep_until(&timeline, config.outage_at).await;
-    images.switch.set_failing(true);
-    sleep_until(&timeline, config.outage_at + config.outage_for).await;
-    images.switch.set_failing(false);
-    sleep_until(&timeline, config.duration).await;
-    fleet.stop();
-    // The requests in flight end within the policy's overall timeout.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let _ = stop_collecting.send(());
-    let _ = collecting.await;
-
-    let versions = center.versions().await?;
-    Ok(Run {
-        config: config.clone(),
-        record: timeline.snapshot(),
-        versions,
-    })
+    World::start(config).await?.play().await
 }
 
 async fn sleep_until(timeline: &Timeline, at: Duration) {

@@ -148,7 +148,11 @@ async fn backup_image(Path(name): Path<String>) -> String {
 async fn cdn_image(State(cdn): State<Cdn>, Path(name): Path<String>) -> Response {
     if cdn.switch.failing.load(Ordering::SeqCst) {
         cdn.switch.timeline.cdn_504();
-        return (StatusCode::GATEWAY_TIMEOUT, "the CDN node lost its upstream").into_response();
+        return (
+            StatusCode::GATEWAY_TIMEOUT,
+            "the CDN node lost its upstream",
+        )
+            .into_response();
     }
     match fetch(&cdn.client, &format!("{}/img/{name}", cdn.origin)).await {
         Some((StatusCode::OK, body)) => (StatusCode::OK, body).into_response(),

@@ -76,7 +76,7 @@ pub(crate) struct Record {
 /// The shared, growing record of a run; cloned out whole at the end.
 #[derive(Debug)]
 pub(crate) struct Timeline {
-    start: Instant,
+    start: Mutex<Instant>,
     record: Mutex<Record>,
 }
 
@@ -84,22 +84,28 @@ impl Timeline {
     /// A record whose offsets count from now.
     pub(crate) fn start_now() -> Timeline {
         Timeline {
-            start: Instant::now(),
+            start: Mutex::new(Instant::now()),
             record: Mutex::new(Record::default()),
         }
     }
 
+    /// Starts counting from now: what was recorded so far (the set-up) happened at 0.
+    pub(crate) fn restart(&self) {
+        *lock(&self.start) = Instant::now();
+        self.with(|r| {
+            for (at, _) in &mut r.marks {
+                *at = Duration::ZERO;
+            }
+        });
+    }
+
     /// Now, from the run's start.
     pub(crate) fn now(&self) -> Duration {
-        self.start.elapsed()
+        lock(&self.start).elapsed()
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Record) -> T) -> T {
-        let mut record = self
-            .record
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut record)
+        f(&mut lock(&self.record))
     }
 
     /// Records a user request that ended.
@@ -141,6 +147,12 @@ impl Timeline {
     pub(crate) fn snapshot(&self) -> Record {
         self.with(|r| r.clone())
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Record {
@@ -191,10 +203,34 @@ mod tests {
     fn versions_and_switch_instants_are_read_from_the_marks() {
         let record = Record {
             marks: vec![
-                (at(1), Mark::Applied { instance: 0, version: 1 }),
-                (at(1), Mark::Applied { instance: 1, version: 1 }),
-                (at(5), Mark::Applied { instance: 1, version: 2 }),
-                (at(6), Mark::Applied { instance: 0, version: 2 }),
+                (
+                    at(1),
+                    Mark::Applied {
+                        instance: 0,
+                        version: 1,
+                    },
+                ),
+                (
+                    at(1),
+                    Mark::Applied {
+                        instance: 1,
+                        version: 1,
+                    },
+                ),
+                (
+                    at(5),
+                    Mark::Applied {
+                        instance: 1,
+                        version: 2,
+                    },
+                ),
+                (
+                    at(6),
+                    Mark::Applied {
+                        instance: 0,
+                        version: 2,
+                    },
+                ),
             ],
             ..Record::default()
         };
