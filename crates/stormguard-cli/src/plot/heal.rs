@@ -69,7 +69,6 @@ pub(crate) fn self_heal(bins: &[Bin], s: &Summary) -> Figure {
         ],
         spans: outage.clone(),
         rules: switch.clone(),
-        legend: true,
         ..panel()
     };
     let attempts = Panel {
@@ -88,7 +87,6 @@ pub(crate) fn self_heal(bins: &[Bin], s: &Summary) -> Figure {
         ],
         spans: outage.clone(),
         rules: switch.clone(),
-        legend: true,
         ..panel()
     };
     let versions = Panel {
@@ -115,7 +113,6 @@ pub(crate) fn self_heal(bins: &[Bin], s: &Summary) -> Figure {
         ],
         spans: outage,
         rules: switch,
-        legend: true,
         ..panel()
     };
     Figure {
@@ -126,8 +123,9 @@ pub(crate) fn self_heal(bins: &[Bin], s: &Summary) -> Figure {
             ),
             None => "Self-healing CDN outage: the clients never switched".to_owned(),
         },
-        note: "Shaded: the CDN answers 504. Dashed: every client runs the rule's version \
-               (then the revert). Bins of 1 s; requests counted where they started."
+        note: "Thick/thin: user errors/answered by the backup; mean/most attempts per call; \
+               lowest/highest version run. Shaded: the CDN answers 504. Dashed: all clients \
+               switched, then reverted."
             .to_owned(),
         columns: 1,
         panel_size: (1000, 240),

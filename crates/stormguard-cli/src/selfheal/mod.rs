@@ -87,9 +87,9 @@ struct Json<'a> {
 /// Runs the demo in real time and renders what happened; a switch slower than the goal, or
 /// errors after it, exit 1 after the output is printed.
 pub(crate) fn run(args: SelfHealArgs) -> Result<String, Failure> {
-    let read = |path: &Option<PathBuf>, default: &str| match path {
+    let read = |flag: &str, path: &Option<PathBuf>, default: &str| match path {
         Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display()))),
+            .map_err(|e| Failure::Usage(format!("{flag} {}: {e}", path.display()))),
         None => Ok(default.to_owned()),
     };
     let config = scenario::Config {
@@ -98,8 +98,8 @@ pub(crate) fn run(args: SelfHealArgs) -> Result<String, Failure> {
         outage_at: args.outage_at,
         outage_for: args.outage_for,
         duration: args.duration,
-        policy: read(&args.policy, scenario::POLICY)?,
-        rules: read(&args.rules, scenario::RULES)?,
+        policy: read("--policy", &args.policy, scenario::POLICY)?,
+        rules: read("--rules", &args.rules, scenario::RULES)?,
         seed: args.out.seed,
     };
     config.validate().map_err(Failure::Usage)?;

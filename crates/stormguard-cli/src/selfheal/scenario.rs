@@ -80,8 +80,8 @@ impl Config {
                 self.outage_at + self.outage_for
             ));
         }
-        PolicyFile::from_toml(&self.policy).map_err(|e| format!("the policy: {e}"))?;
-        RuleSet::from_toml(&self.rules).map_err(|e| format!("the rules: {e}"))?;
+        PolicyFile::from_toml(&self.policy).map_err(|e| format!("--policy: {e}"))?;
+        RuleSet::from_toml(&self.rules).map_err(|e| format!("--rules: {e}"))?;
         Ok(())
     }
 }

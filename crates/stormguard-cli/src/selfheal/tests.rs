@@ -125,6 +125,9 @@ async fn the_cdn_outage_heals_itself_and_reverts_under_compressed_time() {
         Some(reverted.version)
     );
     assert_eq!(report::verdict(&s), Ok(()));
+    let figure = crate::plot::self_heal(&bins, &s);
+    assert_eq!(figure.panels.len(), 3);
+    assert!(figure.title.contains("every client switched in"), "{}", figure.title);
     assert!(r.marks.iter().any(|(_, m)| *m == Mark::CdnRecovered));
 }
 
@@ -139,7 +142,7 @@ fn a_run_that_cannot_tell_the_story_is_refused_naming_the_flag() {
     assert!(bad(|c| c.rate = f64::NAN).contains("--rate"));
     assert!(bad(|c| c.outage_for = Duration::ZERO).contains("--outage-for"));
     assert!(bad(|c| c.duration = Duration::from_secs(30)).contains("--duration"));
-    assert!(bad(|c| c.rules = "[[rules]]\nname = 1".to_owned()).contains("the rules"));
-    assert!(bad(|c| c.policy = "x = ".to_owned()).contains("the policy"));
+    assert!(bad(|c| c.rules = "[[rules]]\nname = 1".to_owned()).contains("--rules: rules[0]"));
+    assert!(bad(|c| c.policy = "x = ".to_owned()).contains("--policy"));
     assert_eq!(Config::default().validate(), Ok(()));
 }
