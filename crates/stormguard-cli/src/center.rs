@@ -22,8 +22,8 @@ use stormguard_center::collect::DEFAULT_SELECTOR;
 use stormguard_center::fanout::NatsFanout;
 use stormguard_center::metric_names::PUBLISH_TO_ACK;
 use stormguard_center::{
-    Center, CenterConfig, CollectConfig, Collector, PrometheusSource, Role, RuleRunner, Source,
-    Store,
+    Center, CenterConfig, CollectConfig, Collector, PrometheusSource, Role, RuleRunner,
+    ScrapeTargets, Source, Store,
 };
 
 use crate::run::Failure;
@@ -90,10 +90,27 @@ pub(crate) fn run(args: CenterArgs) -> Result<String, Failure> {
             "--collect-interval: must be more than 0".to_owned(),
         ));
     }
+    if let Some(url) = &args.prometheus {
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| Failure::Usage(format!("--prometheus {url:?}: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(Failure::Usage(format!(
+                "--prometheus {url:?}: not an http or https URL"
+            )));
+        }
+    }
     if args.prometheus.is_some() && !args.scrape.is_empty() {
         return Err(Failure::Usage(
             "--scrape and --prometheus: choose one source".to_owned(),
         ));
+    }
+    // Checked here, before anything opens the store: a typo costs nothing.
+    let checked = ScrapeTargets::default();
+    for target in &args.scrape {
+        let (service, instance, url) = scrape_target(target)?;
+        checked
+            .add_static(service, instance, url)
+            .map_err(|e| Failure::Usage(format!("--scrape {target:?}: {e}")))?;
     }
     tracing_subscriber::fmt()
         .json()
@@ -163,13 +180,7 @@ async fn serve(args: CenterArgs) -> Result<(), Failure> {
 /// Lists the `--scrape` targets and starts the collector and the rules it feeds.
 fn start_collecting(center: &Center, args: &CenterArgs) -> Result<(), Failure> {
     for target in &args.scrape {
-        let mut parts = target.splitn(3, '=');
-        let (Some(service), Some(instance), Some(url)) = (parts.next(), parts.next(), parts.next())
-        else {
-            return Err(Failure::Usage(format!(
-                "--scrape {target:?}: expected SERVICE=INSTANCE=URL"
-            )));
-        };
+        let (service, instance, url) = scrape_target(target)?;
         center
             .scrape_targets()
             .add_static(service, instance, url)
@@ -195,6 +206,21 @@ fn start_collecting(center: &Center, args: &CenterArgs) -> Result<(), Failure> {
     let collector = Collector::new(center.clone(), runner, config);
     tokio::spawn(collector.run(std::future::pending()));
     Ok(())
+}
+
+/// `SERVICE=INSTANCE=URL` split (the URL may hold `=`).
+fn scrape_target(target: &str) -> Result<(&str, &str, &str), Failure> {
+    let mut parts = target.splitn(3, '=');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(service), Some(instance), Some(url))
+            if !service.is_empty() && !instance.is_empty() =>
+        {
+            Ok((service, instance, url))
+        }
+        _ => Err(Failure::Usage(format!(
+            "--scrape {target:?}: expected SERVICE=INSTANCE=URL"
+        ))),
+    }
 }
 
 /// The kind of store, for the log (never the URL: it may hold a password).

@@ -101,13 +101,15 @@ pub struct Collected {
     /// The service.
     pub service: String,
     /// What was read (also recorded in the center's [`MetricHistory`]); `None` when the
-    /// source could not be read at all (PromQL: Prometheus unreachable or refusing).
+    /// source could not be read at all (see `error`).
     pub round: Option<Round>,
-    /// What the rules did with it, or why they could not run (the store failed; also when
-    /// nothing was read, as [`StoreError`] cannot say it: see `error`).
+    /// What the rules did with it (nothing when nothing was read), or why they could not
+    /// run.
     pub events: Result<Vec<RuleEvent>, StoreError>,
-    /// Why nothing was read, when nothing was.
-    pub error: Option<String>,
+    /// Why nothing was read: Prometheus unreachable, refusing the query, or answering
+    /// something else than its API's JSON. (A scrape that fails fails one instance, named
+    /// in [`Round::failures`].)
+    pub error: Option<PromqlError>,
 }
 
 /// Reads every service's numbers each round, records them, and runs the rules on them.
@@ -221,7 +223,7 @@ impl Collector {
                     service: service.to_owned(),
                     round: None,
                     events: Ok(Vec::new()),
-                    error: Some(error.to_string()),
+                    error: Some(error),
                 }
             }
         }
