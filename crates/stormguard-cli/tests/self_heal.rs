@@ -22,7 +22,7 @@ fn bad_input_names_the_flag_and_exits_2() {
         (&["--plot", "out.pdf"], "--plot"),
         (&["--format", "yaml"], "--format"),
         (&["--rules", "/nonexistent/rules.toml"], "--rules"),
-        (&["--rules", &rules], "--rules: rules[0]"),
+        (&["--rules", &rules], "missing field `endpoint`"),
     ];
     for (args, flag) in cases {
         let o = stormguard(&[&["demo", "self-heal"], *args].concat());

@@ -142,7 +142,8 @@ fn a_run_that_cannot_tell_the_story_is_refused_naming_the_flag() {
     assert!(bad(|c| c.rate = f64::NAN).contains("--rate"));
     assert!(bad(|c| c.outage_for = Duration::ZERO).contains("--outage-for"));
     assert!(bad(|c| c.duration = Duration::from_secs(30)).contains("--duration"));
-    assert!(bad(|c| c.rules = "[[rules]]\nname = 1".to_owned()).contains("--rules: rules[0]"));
+    let rules = bad(|c| c.rules = "[[rules]]\nname = 1".to_owned());
+    assert!(rules.starts_with("--rules:") && rules.contains("name"), "{rules}");
     assert!(bad(|c| c.policy = "x = ".to_owned()).contains("--policy"));
     assert_eq!(Config::default().validate(), Ok(()));
 }
