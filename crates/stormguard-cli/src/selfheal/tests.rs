@@ -127,7 +127,11 @@ async fn the_cdn_outage_heals_itself_and_reverts_under_compressed_time() {
     assert_eq!(report::verdict(&s), Ok(()));
     let figure = crate::plot::self_heal(&bins, &s);
     assert_eq!(figure.panels.len(), 3);
-    assert!(figure.title.contains("every client switched in"), "{}", figure.title);
+    assert!(
+        figure.title.contains("every client switched in"),
+        "{}",
+        figure.title
+    );
     assert!(r.marks.iter().any(|(_, m)| *m == Mark::CdnRecovered));
 }
 
@@ -143,7 +147,10 @@ fn a_run_that_cannot_tell_the_story_is_refused_naming_the_flag() {
     assert!(bad(|c| c.outage_for = Duration::ZERO).contains("--outage-for"));
     assert!(bad(|c| c.duration = Duration::from_secs(30)).contains("--duration"));
     let rules = bad(|c| c.rules = "[[rules]]\nname = 1".to_owned());
-    assert!(rules.starts_with("--rules:") && rules.contains("name"), "{rules}");
+    assert!(
+        rules.starts_with("--rules:") && rules.contains("name"),
+        "{rules}"
+    );
     assert!(bad(|c| c.policy = "x = ".to_owned()).contains("--policy"));
     assert_eq!(Config::default().validate(), Ok(()));
 }
