@@ -27,6 +27,7 @@
 //! compressed time, and the demo runs it in real time; both report the switch time, from the
 //! first 504 the CDN answered to the moment every instance runs the rule's version.
 
+mod center;
 mod fleet;
 mod report;
 mod scenario;
@@ -101,6 +102,11 @@ pub(crate) fn run(args: SelfHealArgs) -> Result<String, Failure> {
         policy: read("--policy", &args.policy, scenario::POLICY)?,
         rules: read("--rules", &args.rules, scenario::RULES)?,
         seed: args.out.seed,
+        // The center is the `stormguard center` program, as an operator runs it.
+        center: center::CenterAt::Process(
+            std::env::current_exe()
+                .map_err(|e| Failure::Io(format!("cannot find the stormguard executable: {e}")))?,
+        ),
     };
     config.validate().map_err(Failure::Usage)?;
     let plot = open_plot(&args.out)?;

@@ -4,15 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
 use stormguard::policy::PolicyFile;
 use stormguard::rules::RuleSet;
-use stormguard_center::{
-    Center, CenterConfig, CollectConfig, Collector, Role, RuleRunner, Store, Version,
-};
+use stormguard_center::Version;
 
-use super::fleet::{Fleet, FleetConfig, SERVICE};
-use super::servers::{ImageService, serve};
+use super::center::{CenterAt, DemoCenter};
+use super::fleet::{Fleet, FleetConfig};
+use super::servers::ImageService;
 use super::timeline::{Record, Timeline};
 
 /// The policy the center publishes first: `assets/self-heal/policy.toml`.
@@ -41,10 +39,12 @@ pub(crate) struct Config {
     pub(crate) duration: Duration,
     /// The policy published first.
     pub(crate) policy: String,
-    /// The rules.
+    /// The rules (TOML).
     pub(crate) rules: String,
     /// Seeds the instances' jitter (instance *i* draws from `seed + i`).
     pub(crate) seed: u64,
+    /// Where the center runs.
+    pub(crate) center: CenterAt,
 }
 
 impl Default for Config {
@@ -58,6 +58,7 @@ impl Default for Config {
             policy: POLICY.to_owned(),
             rules: RULES.to_owned(),
             seed: 42,
+            center: CenterAt::InProcess,
         }
     }
 }
@@ -97,130 +98,6 @@ pub(crate) struct Run {
     pub(crate) versions: Vec<Version>,
 }
 
-/// The demo's center and its tokens.
-struct DemoCenter {
-    url: String,
-    editor: String,
-    viewer: String,
-    instances: Vec<String>,
-    http: reqwest::Client,
-    center: Center,
-    _serving: super::servers::Serving,
-    _dir: tempfile::TempDir,
-}
-
-impl DemoCenter {
-    async fn start(clients: usize) -> Result<DemoCenter, String> {
-        let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
-        let url = format!("sqlite://{}", dir.path().join("center.db").display());
-        let store = Store::open(&url)
-            .await
-            .map_err(|e| format!("the center's store: {e}"))?;
-        let center = Center::new(store, CenterConfig::default())
-            .await
-            .map_err(|e| format!("the center: {e}"))?;
-        let token = |name: String, role, service: Option<&'static str>| {
-            let center = center.clone();
-            async move {
-                center
-                    .create_token(&name, role, service)
-                    .await
-                    .map_err(|e| format!("a token: {e}"))
-            }
-        };
-        let editor = token("ops".to_owned(), Role::Editor, None).await?;
-        let viewer = token("demo".to_owned(), Role::Viewer, None).await?;
-        let mut instances = Vec::new();
-        for i in 1..=clients {
-            instances.push(token(format!("{SERVICE}-{i}"), Role::Instance, Some(SERVICE)).await?);
-        }
-        let serving = serve(center.router()).await?;
-        Ok(DemoCenter {
-            url: serving.url.clone(),
-            editor,
-            viewer,
-            instances,
-            http: reqwest::Client::new(),
-            center,
-            _serving: serving,
-            _dir: dir,
-        })
-    }
-
-    async fn send(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        token: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<String, String> {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.url))
-            .bearer_auth(token);
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| format!("the center at {}: {e}", self.url))?;
-        let status = response.status();
-        let text = response
-            .text()
-            .await
-            .map_err(|e| format!("the center's answer to {path}: {e}"))?;
-        if status.is_success() {
-            Ok(text)
-        } else {
-            Err(format!("the center refused {path}: {status} {text}"))
-        }
-    }
-
-    /// Publishes the first version and stores the rules.
-    async fn prepare(&self, config: &Config) -> Result<(), String> {
-        let body = json!({"base": 0, "policy": config.policy, "message": "images: 3 retries, no fallback"});
-        self.send(
-            reqwest::Method::POST,
-            &format!("/v1/services/{SERVICE}/versions"),
-            &self.editor,
-            Some(body),
-        )
-        .await?;
-        let rules = RuleSet::from_toml(&config.rules).map_err(|e| format!("the rules: {e}"))?;
-        for rule in &rules.rules {
-            let rule_json: serde_json::Value = serde_json::from_str(&rule.to_json())
-                .map_err(|e| format!("rule {}: {e}", rule.name))?;
-            self.send(
-                reqwest::Method::PUT,
-                &format!("/v1/services/{}/rules/{}", rule.service, rule.name),
-                &self.editor,
-                Some(rule_json),
-            )
-            .await?;
-        }
-        Ok(())
-    }
-
-    /// The service's versions, oldest first.
-    async fn versions(&self) -> Result<Vec<Version>, String> {
-        let text = self
-            .send(
-                reqwest::Method::GET,
-                &format!("/v1/services/{SERVICE}/versions?limit=1000"),
-                &self.viewer,
-                None,
-            )
-            .await?;
-        let mut versions: Vec<Version> =
-            serde_json::from_str(&text).map_err(|e| format!("the center's versions: {e}"))?;
-        versions.sort_by_key(|v| v.version);
-        Ok(versions)
-    }
-}
-
 /// Everything started and following the center, the story not begun.
 pub(crate) struct World {
     config: Config,
@@ -236,8 +113,17 @@ impl World {
     pub(crate) async fn start(config: &Config) -> Result<World, String> {
         config.validate()?;
         let timeline = Arc::new(Timeline::start_now());
-        let center = DemoCenter::start(config.clients).await?;
-        center.prepare(config).await?;
+        let rules = RuleSet::from_toml(&config.rules).map_err(|e| format!("--rules: {e}"))?;
+        let center =
+            DemoCenter::start(&config.center, config.clients, rules.max_changes_per_hour).await?;
+        center
+            .publish(&config.policy, "images: 3 retries, no fallback")
+            .await?;
+        for rule in &rules.rules {
+            let json = serde_json::from_str(&rule.to_json())
+                .map_err(|e| format!("rule {}: {e}", rule.name))?;
+            center.put_rule(&rule.service, &rule.name, json).await?;
+        }
         let images = ImageService::start(&timeline).await?;
         let fleet_config = FleetConfig {
             center: center.url.clone(),
@@ -264,17 +150,8 @@ impl World {
         self.timeline.restart();
         // The center's own collection loop, with its default interval: it scrapes the
         // instances the watches announced and runs the stored rules on what it reads.
-        let rules = RuleSet::from_toml(&config.rules).map_err(|e| format!("the rules: {e}"))?;
-        let runner = Arc::new(RuleRunner::new(
-            self.center.center.clone(),
-            rules.max_changes_per_hour,
-        ));
-        let collector =
-            Collector::new(self.center.center.clone(), runner, CollectConfig::default());
-        let (stop_collecting, stopped) = tokio::sync::oneshot::channel::<()>();
-        let collecting = tokio::spawn(collector.run(async move {
-            let _ = stopped.await;
-        }));
+        let rules = RuleSet::from_toml(&config.rules).map_err(|e| format!("--rules: {e}"))?;
+        self.center.start_collecting(rules.max_changes_per_hour);
 
         let timeline = &self.timeline;
         self.fleet
@@ -287,8 +164,7 @@ impl World {
         self.fleet.stop();
         // The requests in flight end within the policy's overall timeout.
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let _ = stop_collecting.send(());
-        let _ = collecting.await;
+        self.center.stop_collecting().await;
 
         let versions = self.center.versions().await?;
         Ok(Run {
