@@ -119,13 +119,12 @@ pub(crate) fn self_heal(bins: &[Bin], s: &Summary) -> Figure {
         title: match s.switch_s {
             Some(t) => format!(
                 "Self-healing CDN outage: first 504 to every client switched in {} s",
-                number(t)
+                number((t * 10.0).round() / 10.0)
             ),
             None => "Self-healing CDN outage: the clients never switched".to_owned(),
         },
-        note: "Thick/thin: user errors/answered by the backup; mean/most attempts per call; \
-               lowest/highest version run. Shaded: the CDN answers 504. Dashed: all clients \
-               switched, then reverted."
+        note: "Thick/thin: errors/backup answers, mean/most attempts, lowest/highest version. \
+               Shaded: CDN answers 504. Dashed: all switched, then reverted."
             .to_owned(),
         columns: 1,
         panel_size: (1000, 240),
