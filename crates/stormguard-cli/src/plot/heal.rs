@@ -73,7 +73,7 @@ pub(crate) fn self_heal(bins: &[Bin], s: &Summary) -> Figure {
     };
     let attempts = Panel {
         title: format!(
-            "Client stacks: up to {} attempts per call before the switch, {} after",
+            "Client stacks: up to {} attempts per request before the switch, {} after",
             s.max_attempts_before, s.max_attempts_switched
         ),
         x: x(),

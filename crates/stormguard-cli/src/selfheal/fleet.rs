@@ -32,6 +32,7 @@ use stormguard_tower::client::{
 use stormguard_tower::observe::{
     AttemptEnd, AttemptStart, CallEnd, CallInfo, FallbackReason, HedgeEvent, Observer, Telemetry,
 };
+use stormguard_tower::wire::REQUEST_ID;
 use tokio::task::JoinHandle;
 use tower::{Layer, ServiceExt};
 
@@ -86,14 +87,16 @@ impl Observer for InstanceMetrics {
     }
 }
 
-/// Hands each finished call's attempt count to the record.
+/// Hands each finished call's attempt count to the record, by its request's id.
 pub(crate) struct Tap {
     timeline: Arc<Timeline>,
 }
 
 impl Observer for Tap {
-    fn call_finished(&self, _call: &CallInfo<'_>, end: &CallEnd) {
-        self.timeline.call(end.attempts);
+    fn call_finished(&self, call: &CallInfo<'_>, end: &CallEnd) {
+        if let Some(id) = call.request_id {
+            self.timeline.call_ended(id, end.attempts);
+        }
     }
 }
 
@@ -186,8 +189,13 @@ impl Fleet {
                 loop {
                     tick.tick().await;
                     n += 1;
-                    let url = format!("{cdn}/img/{}-{n}.jpg", index + 1);
-                    tokio::spawn(instance.clone().user_request(url, Arc::clone(&timeline)));
+                    let id = format!("{}-{n}", index + 1);
+                    let url = format!("{cdn}/img/{id}.jpg");
+                    tokio::spawn(
+                        instance
+                            .clone()
+                            .user_request(id, url, Arc::clone(&timeline)),
+                    );
                 }
             }));
         }
@@ -265,11 +273,13 @@ impl Instance {
         })
     }
 
-    /// One user's request for the image at `url`, recorded when it ends.
-    async fn user_request(self: Arc<Self>, url: String, timeline: Arc<Timeline>) {
+    /// One user's request `id` for the image at `url`, recorded when it ends.
+    async fn user_request(self: Arc<Self>, id: String, url: String, timeline: Arc<Timeline>) {
         let at = timeline.now();
         let version = self.watch.state().applied;
-        let request = Request::get(url).body(Full::new(Bytes::new()));
+        let request = Request::get(url)
+            .header(REQUEST_ID, &id)
+            .body(Full::new(Bytes::new()));
         let answer = match request {
             Ok(request) => match self.client.clone().oneshot(request).await {
                 Ok(response) if response.status() == StatusCode::OK => {
@@ -287,6 +297,7 @@ impl Instance {
             at,
             version,
             answer,
+            attempts: timeline.take_attempts(&id),
         });
     }
 }

@@ -17,15 +17,17 @@
 //! the next rounds show it, and the rule reverts by publishing the first policy's values
 //! again.
 //!
-//! # Why in this process, with real servers
+//! # Real parts, and one clock for the test
 //!
-//! Every part is the real one: the center (`stormguard-center`, SQLite in a temporary
-//! directory) with its HTTP API, push and collection loop; the CDN stand-in, the origin and
-//! the backup source as axum servers; each instance's stack, watch and `/metrics`. They talk
-//! over 127.0.0.1 sockets as they would across hosts. Keeping them in one process lets the
-//! same run go under tokio's paused clock: the test (`tests.rs`) runs the whole story with
-//! compressed time, and the demo runs it in real time; both report the switch time, from the
-//! first 504 the CDN answered to the moment every instance runs the rule's version.
+//! Every part is the real one, talking over 127.0.0.1 sockets as across hosts: the center
+//! is the `stormguard center` program (a child process with its SQLite store in a temporary
+//! directory, its HTTP API, push and collection loop); the CDN stand-in, the origin and the
+//! backup source are axum servers; each client instance has its stack, its watch and its
+//! `/metrics`. The test (`tests.rs`) runs the same story under tokio's paused clock, with
+//! the same center served in the test's process (a child process cannot share the paused
+//! clock) and its collector started on the same defaults; the demo runs it in real time.
+//! Both report the switch time: from the first 504 the CDN answered to the moment every
+//! instance runs the rule's version.
 
 mod center;
 mod fleet;

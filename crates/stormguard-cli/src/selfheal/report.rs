@@ -8,7 +8,7 @@ use serde::Serialize;
 use stormguard_center::Version;
 
 use super::scenario::Run;
-use super::timeline::{Answer, Mark, Record};
+use super::timeline::{Answer, Mark, Record, Request};
 
 /// The goal for the time from the first 504 to every client running the rule's version.
 pub(crate) const SWITCH_GOAL: Duration = Duration::from_secs(10);
@@ -24,11 +24,9 @@ pub(crate) struct Bin {
     pub(crate) errors: u32,
     /// Of those, the ones answered by the backup source.
     pub(crate) from_backup: u32,
-    /// Calls of the client stacks that ended in it.
-    pub(crate) calls: u32,
-    /// Attempts those calls sent.
+    /// Attempts the client stacks sent for those requests.
     pub(crate) attempts: u32,
-    /// The most attempts one of those calls sent.
+    /// The most attempts sent for one of them.
     pub(crate) max_attempts: u32,
     /// 504s the CDN answered in it.
     pub(crate) cdn_504s: u32,
@@ -44,9 +42,9 @@ impl Bin {
         ratio(self.errors, self.requests)
     }
 
-    /// Attempts / calls (0 without calls).
+    /// Attempts / requests (0 without requests).
     pub(crate) fn attempts_per_request(&self) -> f64 {
-        ratio(self.attempts, self.calls)
+        ratio(self.attempts, self.requests)
     }
 }
 
@@ -84,9 +82,10 @@ pub(crate) struct Summary {
     pub(crate) switch_s: Option<f64>,
     /// Whether the switch time is within [`SWITCH_GOAL`].
     pub(crate) within_goal: bool,
-    /// Most attempts of one call before the switch (during the outage).
+    /// Most attempts for one request started during the outage on a version before the
+    /// rule's.
     pub(crate) max_attempts_before: u32,
-    /// Most attempts of one call under the fired version.
+    /// Most attempts for one request started on the rule's version.
     pub(crate) max_attempts_switched: u32,
     /// User errors of requests started during the outage.
     pub(crate) errors: u32,
@@ -127,7 +126,7 @@ pub(crate) fn read(run: &Run) -> (Vec<Bin>, Summary) {
     let switch = first_504
         .zip(all_switched)
         .map(|(a, b)| b.saturating_sub(a));
-    let on_fired = |req: &super::timeline::Request| {
+    let on_fired = |req: &&Request| {
         fired
             .as_ref()
             .is_some_and(|f| req.version == Some(f.version))
@@ -137,7 +136,10 @@ pub(crate) fn read(run: &Run) -> (Vec<Bin>, Summary) {
         .iter()
         .filter(|q| q.answer == Answer::Error)
         .collect();
-    let before_switch_end = all_switched.unwrap_or(Duration::MAX);
+    let before_fired = |q: &&Request| {
+        q.version
+            .is_some_and(|v| fired.as_ref().is_none_or(|f| v < f.version))
+    };
     let outage_at = r.first(|m| *m == Mark::CdnFailing);
     let during = |at: Duration| outage_at.is_some_and(|o| at >= o);
     let summary = Summary {
@@ -147,13 +149,19 @@ pub(crate) fn read(run: &Run) -> (Vec<Bin>, Summary) {
         switch_s: switch.map(secs),
         within_goal: switch.is_some_and(|s| s <= SWITCH_GOAL),
         max_attempts_before: r
-            .calls
+            .requests
             .iter()
-            .filter(|c| during(c.at) && c.at < before_switch_end)
-            .map(|c| c.attempts)
+            .filter(|q| during(q.at) && before_fired(q))
+            .map(|q| q.attempts)
             .max()
             .unwrap_or(0),
-        max_attempts_switched: max_attempts_between(r, all_switched, reverted.as_ref()),
+        max_attempts_switched: r
+            .requests
+            .iter()
+            .filter(|q| on_fired(q))
+            .map(|q| q.attempts)
+            .max()
+            .unwrap_or(0),
         errors: errors.iter().filter(|q| during(q.at)).count() as u32,
         errors_after_switch: errors.iter().filter(|q| on_fired(q)).count() as u32,
         from_backup: r
@@ -171,25 +179,6 @@ pub(crate) fn read(run: &Run) -> (Vec<Bin>, Summary) {
             .collect(),
     };
     (bins(r, clients, run.config.duration), summary)
-}
-
-/// The most attempts of a call that ended while every instance ran the fired version.
-fn max_attempts_between(r: &Record, from: Option<Duration>, reverted: Option<&Version>) -> u32 {
-    let Some(from) = from else { return 0 };
-    // Calls that started under the old version may end just after the switch: skip the
-    // overall timeout's worth.
-    let from = from + Duration::from_secs(2);
-    let until = reverted
-        .and_then(|v| {
-            r.first(|m| matches!(m, Mark::Applied { version, .. } if *version == v.version))
-        })
-        .unwrap_or(Duration::MAX);
-    r.calls
-        .iter()
-        .filter(|c| c.at >= from && c.at < until)
-        .map(|c| c.attempts)
-        .max()
-        .unwrap_or(0)
 }
 
 /// The first version after `after` written by a rule whose message says `verb`.
@@ -216,17 +205,13 @@ fn bins(r: &Record, clients: usize, duration: Duration) -> Vec<Bin> {
     for q in &r.requests {
         let bin = &mut bins[index(q.at)];
         bin.requests += 1;
+        bin.attempts += q.attempts;
+        bin.max_attempts = bin.max_attempts.max(q.attempts);
         match q.answer {
             Answer::Error => bin.errors += 1,
             Answer::Backup => bin.from_backup += 1,
             Answer::Cdn => {}
         }
-    }
-    for c in &r.calls {
-        let bin = &mut bins[index(c.at)];
-        bin.calls += 1;
-        bin.attempts += c.attempts;
-        bin.max_attempts = bin.max_attempts.max(c.attempts);
     }
     for at in &r.cdn_504s {
         bins[index(*at)].cdn_504s += 1;
@@ -276,7 +261,7 @@ pub(crate) fn table(bins: &[Bin], summary: &Summary) -> String {
             requests.to_string(),
             percent(ratio(errors, requests)),
             percent(ratio(sum(|b| b.from_backup), requests)),
-            format!("{:.2}", ratio(sum(|b| b.attempts), sum(|b| b.calls))),
+            format!("{:.2}", ratio(sum(|b| b.attempts), requests)),
             group
                 .iter()
                 .map(|b| b.max_attempts)
@@ -324,7 +309,7 @@ fn story(s: &Summary) -> String {
         if s.within_goal { "" } else { "  NOT MET" }
     ));
     line(format!(
-        "attempts per call: up to {} before the switch, up to {} after it",
+        "attempts per request: up to {} before the switch, up to {} after it",
         s.max_attempts_before, s.max_attempts_switched
     ));
     line(format!(
@@ -366,7 +351,7 @@ pub(crate) fn verdict(s: &Summary) -> Result<(), String> {
     }
     if s.max_attempts_switched > 1 {
         return Err(format!(
-            "calls under the rule's version sent up to {} attempts, not 1",
+            "requests under the rule's version were sent up to {} times, not once",
             s.max_attempts_switched
         ));
     }

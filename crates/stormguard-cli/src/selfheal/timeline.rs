@@ -6,6 +6,7 @@
 //! policy and failed after the switch counts where it began, which is what "users see errors
 //! only until the switch" means.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -31,14 +32,7 @@ pub(crate) struct Request {
     pub(crate) version: Option<u64>,
     /// How it ended.
     pub(crate) answer: Answer,
-}
-
-/// One call as the client stack's observer saw it end: the attempts it sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Call {
-    /// When it ended, from the run's start.
-    pub(crate) at: Duration,
-    /// Attempts sent, the first included.
+    /// Attempts the client stack sent for it, the first included.
     pub(crate) attempts: u32,
 }
 
@@ -65,8 +59,6 @@ pub(crate) enum Mark {
 pub(crate) struct Record {
     /// Every user request, in the order they ended.
     pub(crate) requests: Vec<Request>,
-    /// Every call the stacks finished, in order.
-    pub(crate) calls: Vec<Call>,
     /// Requests the CDN stand-in answered 504, by instant.
     pub(crate) cdn_504s: Vec<Duration>,
     /// Marks, in order.
@@ -78,6 +70,8 @@ pub(crate) struct Record {
 pub(crate) struct Timeline {
     start: Mutex<Instant>,
     record: Mutex<Record>,
+    /// Attempts of the calls that ended, by request id, until their request is recorded.
+    attempts: Mutex<HashMap<String, u32>>,
 }
 
 impl Timeline {
@@ -86,6 +80,7 @@ impl Timeline {
         Timeline {
             start: Mutex::new(Instant::now()),
             record: Mutex::new(Record::default()),
+            attempts: Mutex::new(HashMap::new()),
         }
     }
 
@@ -113,10 +108,15 @@ impl Timeline {
         self.with(|r| r.requests.push(request));
     }
 
-    /// Records a call of a client stack that ended after `attempts` attempts.
-    pub(crate) fn call(&self, attempts: u32) {
-        let at = self.now();
-        self.with(|r| r.calls.push(Call { at, attempts }));
+    /// Notes that the client stack's call for request `id` ended after `attempts` attempts.
+    pub(crate) fn call_ended(&self, id: &str, attempts: u32) {
+        lock(&self.attempts).insert(id.to_owned(), attempts);
+    }
+
+    /// The attempts noted for request `id` (0: no call was made, or it did not end), and
+    /// forgets them.
+    pub(crate) fn take_attempts(&self, id: &str) -> u32 {
+        lock(&self.attempts).remove(id).unwrap_or(0)
     }
 
     /// Records a 504 answered by the CDN stand-in (the first of the outage is marked).
