@@ -189,6 +189,7 @@ fn parse_le(text: &str) -> Option<f64> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use stormguard::rules::Series;
 

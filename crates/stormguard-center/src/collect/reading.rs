@@ -159,6 +159,7 @@ pub(crate) fn histogram_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> 
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

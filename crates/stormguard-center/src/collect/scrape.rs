@@ -17,8 +17,15 @@ pub const MAX_SCRAPE_BYTES: usize = 8 * 1024 * 1024;
 #[derive(Debug)]
 pub(crate) struct Scraper {
     client: reqwest::Client,
-    /// `(service, instance)` → its URL, its counters and when they were read.
-    previous: Mutex<HashMap<(String, String), (String, Counters, Instant)>>,
+    previous: Mutex<HashMap<(String, String), Previous>>,
+}
+
+/// An instance's previous scrape: its URL, its counters and when they were read.
+#[derive(Debug)]
+struct Previous {
+    url: String,
+    counters: Counters,
+    at: Instant,
 }
 
 /// What the scrapes of one service gave.
@@ -74,15 +81,22 @@ impl Scraper {
             };
             instances += 1;
             let key = (service.to_owned(), instance);
-            if let Some((before_url, before, then)) = previous.get(&key) {
+            if let Some(before) = previous.get(&key) {
                 // A new URL is a new process: its first scrape is a baseline.
-                if *before_url == url && now > *then {
-                    let seconds = now.duration_since(*then).as_secs_f64();
+                if before.url == url && now > before.at {
+                    let seconds = now.duration_since(before.at).as_secs_f64();
                     window_seconds = window_seconds.max(seconds);
-                    increases.push((counters.since(before), seconds));
+                    increases.push((counters.since(&before.counters), seconds));
                 }
             }
-            previous.insert(key, (url, counters, now));
+            previous.insert(
+                key,
+                Previous {
+                    url,
+                    counters,
+                    at: now,
+                },
+            );
         }
         Scraped {
             reading: reading(&increases),

@@ -18,9 +18,10 @@ use std::fmt;
 pub enum Series {
     /// Failed calls / all calls to the endpoint, 0..=1.
     ErrorRatio,
-    /// Calls answered with a status of this class (`5` for 5xx) / all calls, 0..=1.
+    /// Attempts answered with a status of this class (`5` for 5xx) / attempts that ended,
+    /// 0..=1. Per attempt, not per call: what the downstream answers, retries included.
     ErrorRatioClass(u8),
-    /// Calls answered with this status code / all calls, 0..=1.
+    /// Attempts answered with this status code / attempts that ended, 0..=1.
     ErrorRatioCode(u16),
     /// The 99th percentile of the endpoint's call latency, in seconds.
     P99,
