@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 
 use super::fleet::SERVICE;
 use super::servers::{Serving, serve};
+use crate::policy_center::Client;
 
 /// Where the center runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,9 +38,8 @@ pub(crate) struct DemoCenter {
     pub(crate) url: String,
     /// The instances' tokens, one each.
     pub(crate) instances: Vec<String>,
-    editor: String,
-    viewer: String,
-    http: reqwest::Client,
+    editor: Client,
+    viewer: Client,
     running: Running,
     // Last: the store's directory outlives the center that writes into it.
     _dir: tempfile::TempDir,
@@ -103,42 +103,22 @@ impl DemoCenter {
                 (url, Running::Process { _child: child })
             }
         };
-        let mut center = DemoCenter {
-            url,
-            instances: Vec::new(),
-            editor: String::new(),
-            viewer: String::new(),
-            http: reqwest::Client::new(),
-            running,
-            _dir: dir,
-        };
-        center.editor = center.token(&admin, "ops", "editor", None).await?;
-        center.viewer = center.token(&admin, "demo", "viewer", None).await?;
+        let admin = client(&url, &admin)?;
+        let editor = client(&url, &token(&admin, "ops", "editor", None).await?)?;
+        let viewer = client(&url, &token(&admin, "demo", "viewer", None).await?)?;
+        let mut instances = Vec::new();
         for i in 1..=clients {
             let name = format!("{SERVICE}-{i}");
-            let token = center
-                .token(&admin, &name, "instance", Some(SERVICE))
-                .await?;
-            center.instances.push(token);
+            instances.push(token(&admin, &name, "instance", Some(SERVICE)).await?);
         }
-        Ok(center)
-    }
-
-    async fn token(
-        &self,
-        admin: &str,
-        name: &str,
-        role: &str,
-        service: Option<&str>,
-    ) -> Result<String, String> {
-        let body = json!({"name": name, "role": role, "service": service});
-        let answer = self.send(reqwest::Method::POST, "/v1/tokens", admin, Some(body));
-        let answer: Value = serde_json::from_str(&answer.await?)
-            .map_err(|e| format!("the center's answer to a new token: {e}"))?;
-        answer["token"]
-            .as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| format!("the center made no token: {answer}"))
+        Ok(DemoCenter {
+            url,
+            instances,
+            editor,
+            viewer,
+            running,
+            _dir: dir,
+        })
     }
 
     /// Runs the center's collection loop on the default interval, feeding its rules (in
@@ -168,45 +148,15 @@ impl DemoCenter {
         }
     }
 
-    async fn send(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        token: &str,
-        body: Option<Value>,
-    ) -> Result<String, String> {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.url))
-            .bearer_auth(token);
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| format!("the center at {}: {e}", self.url))?;
-        let status = response.status();
-        let text = response
-            .text()
-            .await
-            .map_err(|e| format!("the center's answer to {path}: {e}"))?;
-        if status.is_success() {
-            Ok(text)
-        } else {
-            Err(format!("the center refused {path}: {status} {text}"))
-        }
-    }
-
     /// Publishes the first version of the service's `policy`.
     pub(crate) async fn publish(&self, policy: &str, message: &str) -> Result<(), String> {
         let body = json!({"base": 0, "policy": policy, "message": message});
         let path = format!("/v1/services/{SERVICE}/versions");
-        self.send(reqwest::Method::POST, &path, &self.editor, Some(body))
+        self.editor
+            .send("POST", &path, Some(body))
             .await
             .map(drop)
+            .map_err(|e| e.to_string())
     }
 
     /// Stores a rule (its JSON form) under its service and name.
@@ -217,22 +167,48 @@ impl DemoCenter {
         rule: Value,
     ) -> Result<(), String> {
         let path = format!("/v1/services/{service}/rules/{name}");
-        self.send(reqwest::Method::PUT, &path, &self.editor, Some(rule))
+        self.editor
+            .send("PUT", &path, Some(rule))
             .await
             .map(drop)
+            .map_err(|e| e.to_string())
     }
 
     /// The service's versions, oldest first.
     pub(crate) async fn versions(&self) -> Result<Vec<Version>, String> {
         let path = format!("/v1/services/{SERVICE}/versions?limit=1000");
-        let text = self
-            .send(reqwest::Method::GET, &path, &self.viewer, None)
-            .await?;
+        let list = self
+            .viewer
+            .send("GET", &path, None)
+            .await
+            .map_err(|e| e.to_string())?;
         let mut versions: Vec<Version> =
-            serde_json::from_str(&text).map_err(|e| format!("the center's versions: {e}"))?;
+            serde_json::from_value(list).map_err(|e| format!("the center's versions: {e}"))?;
         versions.sort_by_key(|v| v.version);
         Ok(versions)
     }
+}
+
+fn client(url: &str, token: &str) -> Result<Client, String> {
+    Client::with_token(url, token).map_err(|e| e.to_string())
+}
+
+/// A new token of `role` made by `admin` (an `instance` token for `service`).
+async fn token(
+    admin: &Client,
+    name: &str,
+    role: &str,
+    service: Option<&str>,
+) -> Result<String, String> {
+    let body = json!({"name": name, "role": role, "service": service});
+    let answer = admin
+        .send("POST", "/v1/tokens", Some(body))
+        .await
+        .map_err(|e| e.to_string())?;
+    answer["token"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("the center made no token: {answer}"))
 }
 
 /// `program center` on a free port of 127.0.0.1 with the admin token in its environment,
