@@ -42,6 +42,9 @@ use super::timeline::{Answer, Mark, Request as Seen, Timeline};
 /// The center's service name of the clients.
 pub(crate) const SERVICE: &str = "web";
 
+/// How long a starting instance may take to receive and apply the center's first version.
+const FIRST_VERSION_WITHIN: Duration = Duration::from_secs(30);
+
 /// The stack's observer in each instance: its metrics into its own recorder, its calls
 /// into the demo's record.
 type Observed = (InstanceMetrics, Tap);
@@ -148,8 +151,7 @@ impl Drop for Instance {
 
 /// The running instances and their request loops.
 pub(crate) struct Fleet {
-    /// The instances.
-    pub(crate) instances: Vec<Arc<Instance>>,
+    instances: Vec<Arc<Instance>>,
     loops: Vec<JoinHandle<()>>,
 }
 
@@ -166,8 +168,20 @@ impl Fleet {
             let instance = Instance::start(index, token, config, policy, timeline).await?;
             instances.push(Arc::new(instance));
         }
-        for instance in &instances {
-            instance.watch.wait_for(|s| s.applied.is_some()).await;
+        for (index, instance) in instances.iter().enumerate() {
+            let applied = instance.watch.wait_for(|s| s.applied.is_some());
+            if tokio::time::timeout(FIRST_VERSION_WITHIN, applied)
+                .await
+                .is_err()
+            {
+                let state = instance.watch.state();
+                return Err(format!(
+                    "{SERVICE}-{} did not run the center's first version within {:?}: {}",
+                    index + 1,
+                    FIRST_VERSION_WITHIN,
+                    state.last_error.as_deref().unwrap_or("no error seen")
+                ));
+            }
         }
         Ok(Fleet {
             instances,
