@@ -249,3 +249,36 @@ async fn a_watch_announcing_a_bad_metrics_url_is_refused() {
     }
     assert!(center.center.scrape_targets().services().is_empty());
 }
+
+#[tokio::test]
+async fn a_prometheus_that_cannot_be_read_is_a_typed_error_and_changes_nothing() {
+    use stormguard_center::collect::PromqlError;
+    use stormguard_center::{PrometheusSource, Source};
+
+    let (center, _) = setup().await;
+    // A server that answers every path, /api/v1/query too, with a page.
+    let router = Router::new().fallback(get(|| async { "<html>no</html>" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let garbage = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    for (url, unreachable) in [("http://127.0.0.1:9", true), (garbage.as_str(), false)] {
+        let runner = Arc::new(RuleRunner::new(center.center.clone(), 6));
+        let config = CollectConfig {
+            source: Source::Prometheus(PrometheusSource::new(url)),
+            ..CollectConfig::default()
+        };
+        let collector = Collector::new(center.center.clone(), runner, config);
+        let rounds = collector.round(Instant::now()).await;
+        assert_eq!(rounds.len(), 1, "the service with a rule");
+        assert!(rounds[0].round.is_none());
+        assert!(rounds[0].events.as_ref().unwrap().is_empty());
+        match &rounds[0].error {
+            Some(PromqlError::Unreachable { .. }) if unreachable => {}
+            Some(PromqlError::Malformed { what, .. }) if !unreachable => {
+                assert!(what.contains("not its JSON"), "{what}");
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+    assert!(center.center.metric_history().rounds("web").is_empty());
+}

@@ -37,7 +37,7 @@ use stormguard_tower::metric_names::ATTEMPT_DURATION;
 use support::{TestCenter, attempts, client_stack};
 use tower::{Layer, ServiceExt};
 
-fn servers() -> Option<(String, String)> {
+fn servers(test: &str) -> Option<(String, String)> {
     match (
         std::env::var("STORMGUARD_TEST_PROMETHEUS_URL"),
         std::env::var("STORMGUARD_TEST_PROMETHEUS_RULES_TARGET"),
@@ -50,8 +50,8 @@ fn servers() -> Option<(String, String)> {
             );
             let _ = writeln!(
                 std::io::stderr(),
-                "SKIPPED promql_and_scrape_paths_fire_the_same_rule_the_same_way: \
-                 STORMGUARD_TEST_PROMETHEUS_URL and _RULES_TARGET are not set (source .ci/stores.sh)"
+                "SKIPPED {test}: STORMGUARD_TEST_PROMETHEUS_URL and _RULES_TARGET are not set \
+                 (source .ci/stores.sh)"
             );
             None
         }
@@ -124,7 +124,9 @@ fn only_firing(collected: &[Collected]) -> (Verdict, Option<u64>, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promql_and_scrape_paths_fire_the_same_rule_the_same_way() {
-    let Some((prometheus, target)) = servers() else {
+    let Some((prometheus, target)) =
+        servers("promql_and_scrape_paths_fire_the_same_rule_the_same_way")
+    else {
         return;
     };
     let run = format!(
@@ -253,4 +255,31 @@ async fn promql_and_scrape_paths_fire_the_same_rule_the_same_way() {
             .contains("retry.max_attempts 3 -> 1"),
         "{message}"
     );
+}
+
+#[tokio::test]
+async fn a_selector_prometheus_refuses_is_a_typed_error_naming_the_query() {
+    use stormguard_center::collect::PromqlError;
+
+    let Some((prometheus, _)) =
+        servers("a_selector_prometheus_refuses_is_a_typed_error_naming_the_query")
+    else {
+        return;
+    };
+    let source = PrometheusSource {
+        selector: "job=~\"(\"".to_owned(),
+        ..PrometheusSource::new(&prometheus)
+    };
+    let (_center, collector) = center(Source::Prometheus(source)).await;
+    let rounds = collector.round(Instant::now()).await;
+    match &rounds[0].error {
+        Some(PromqlError::Refused {
+            query, error_type, ..
+        }) => {
+            assert!(query.contains("job=~\"(\""), "{query}");
+            assert_eq!(error_type, "bad_data");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(rounds[0].events.as_ref().unwrap().is_empty());
 }

@@ -162,7 +162,11 @@ impl Collector {
     /// (scrape) or with rules (PromQL).
     pub async fn round(&self, now: Instant) -> Vec<Collected> {
         let services = match &self.reader {
-            Reader::Scrape(_) => self.center.scrape_targets().services(),
+            Reader::Scrape(scraper) => {
+                let services = self.center.scrape_targets().services();
+                scraper.keep_only(&services);
+                services
+            }
             Reader::Prometheus(_) => match self.center.store().rule_services().await {
                 Ok(services) => services,
                 Err(error) => {

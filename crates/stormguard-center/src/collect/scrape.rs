@@ -50,6 +50,13 @@ impl Scraper {
         }
     }
 
+    /// Forgets the previous scrapes of the services not in `services` (all their instances
+    /// left), so that instances come and go without the memory growing.
+    pub(crate) fn keep_only(&self, services: &[String]) {
+        let mut previous = self.previous.lock().unwrap_or_else(PoisonError::into_inner);
+        previous.retain(|(service, _), _| services.contains(service));
+    }
+
     /// Scrapes every listed instance of `service` at `now`.
     pub(crate) async fn scrape(
         &self,
