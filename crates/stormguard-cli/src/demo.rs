@@ -41,11 +41,18 @@ pub(crate) enum Demo {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<OsString>,
     },
+    /// The seeds' CDN outage healed by a metric-driven rule: an image service behind a CDN
+    /// stand-in with a backup source, client instances on the one client stack following a
+    /// policy center that scrapes them. The CDN answers 504; the rule cuts retries 3 -> 0
+    /// and switches to the backup; the CDN recovers; the rule reverts. Real servers on
+    /// 127.0.0.1, real time; prints a table (or JSON) and the switch time, --plot draws it.
+    SelfHeal(crate::selfheal::SelfHealArgs),
 }
 
 /// Runs a demo; it prints its own output, so there is nothing left to print.
 pub(crate) fn run(demo: Demo) -> Result<String, Failure> {
     match demo {
+        Demo::SelfHeal(args) => crate::selfheal::run(args),
         Demo::PaymentCallback { args } => {
             let program = find(PAYMENT_CALLBACK)?;
             let status = Command::new(&program)

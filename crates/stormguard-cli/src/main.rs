@@ -9,7 +9,10 @@
 //! `stormguard demo payment-callback` runs the payment-callback reference service under its
 //! load and chaos harness (the `payment-callback` program of `examples/payment-callback`, see
 //! `demo.rs` for how it is found) and prints the verification table; a violated invariant
-//! exits with status 1.
+//! exits with status 1. `stormguard demo self-heal` runs the seeds' CDN outage healed by a
+//! metric-driven rule (module `selfheal`): a `stormguard center` child process, the image
+//! service's servers and client instances on 127.0.0.1, in real time; it prints the table
+//! and the switch time, and exits 1 when the story did not hold.
 //!
 //! `stormguard policy lint` and `stormguard policy diff` lint and review policy files and
 //! call graphs for CI (module `governance`): findings and judged changes as tables, JSON,
@@ -29,6 +32,7 @@ mod policy_center;
 mod proxy;
 mod render;
 mod run;
+mod selfheal;
 
 use std::process::ExitCode;
 

@@ -481,7 +481,7 @@ async fn rules(client: &Client, command: RulesCommand) -> Result<Answer, Failure
     }
 }
 
-struct Client {
+pub(crate) struct Client {
     http: reqwest::Client,
     base: String,
     token: String,
@@ -489,17 +489,22 @@ struct Client {
 
 impl Client {
     fn new(remote: &Remote) -> Result<Client, Failure> {
-        let token = remote.token.clone().ok_or_else(|| {
+        let token = remote.token.as_deref().ok_or_else(|| {
             Failure::Usage("a token is needed: --token or STORMGUARD_CENTER_TOKEN".to_owned())
         })?;
+        Client::with_token(&remote.center, token)
+    }
+
+    /// A client of the center at `base` (`http://127.0.0.1:7450`) calling with `token`.
+    pub(crate) fn with_token(base: &str, token: &str) -> Result<Client, Failure> {
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(30))
             .build()
             .map_err(|e| Failure::Failed(format!("http client: {e}")))?;
         Ok(Client {
             http,
-            base: remote.center.trim_end_matches('/').to_owned(),
-            token,
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
         })
     }
 
@@ -515,7 +520,14 @@ impl Client {
         Ok(list.get(0).and_then(|v| v["version"].as_u64()).unwrap_or(0))
     }
 
-    async fn send(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, Failure> {
+    /// `method path` with the JSON `body`: the JSON answer (null when it is not JSON), or
+    /// the center's refusal (a usage error for a 4xx) naming its reason.
+    pub(crate) async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, Failure> {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
         let mut request = self
             .http

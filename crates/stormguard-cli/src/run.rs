@@ -175,7 +175,7 @@ fn policy(a: &crate::cli::PolicyArgs) -> Result<String, Failure> {
 
 /// Creates the `--plot` file, if one was asked for: a name of an unknown kind, a missing
 /// directory or a file that cannot be written is bad input, refused before anything runs.
-fn open_plot(out: &Output) -> Result<Option<plot::PlotFile>, Failure> {
+pub(crate) fn open_plot(out: &Output) -> Result<Option<plot::PlotFile>, Failure> {
     out.plot
         .as_deref()
         .map(plot::PlotFile::create)
@@ -184,10 +184,10 @@ fn open_plot(out: &Output) -> Result<Option<plot::PlotFile>, Failure> {
 }
 
 /// Draws the plot if asked, and renders the rows as a table or JSON.
-fn finish<R: Serialize>(
+pub(crate) fn finish<R: Serialize + ?Sized>(
     out: &Output,
     plot: Option<plot::PlotFile>,
-    rows: &[R],
+    rows: &R,
     table: impl FnOnce() -> String,
     chart: impl FnOnce() -> plot::Figure,
 ) -> Result<String, Failure> {

@@ -24,6 +24,7 @@
 mod charts;
 mod draw;
 mod figure;
+mod heal;
 mod layout;
 
 use std::fs::File;
@@ -35,6 +36,7 @@ use plotters::style::{FontStyle, register_font};
 
 pub(crate) use charts::{budget, chain, converge, occ, overload, storm, whatif};
 pub(crate) use figure::Figure;
+pub(crate) use heal::self_heal;
 
 const FONT: &[u8] = include_bytes!("../../assets/fonts/Roboto-Regular-subset.ttf");
 
