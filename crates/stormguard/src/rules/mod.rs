@@ -27,9 +27,14 @@
 //! ] }
 //! actions = [
 //!   { set = "attempts", max_attempts = 1 },       # the first attempt only: no retries
-//!   { set = "fallback", fallback = "always" },    # answer from the backup source
+//!   { set = "fallback", fallback = "on_give_up" }, # the backup answers what fails
 //! ]
 //! ```
+//!
+//! A rule's condition clears only if traffic still reaches the endpoint: with `fallback =
+//! "always"` or `breaker = { isolated = true }` nothing is sent, its series stop, and the
+//! rule can never revert by itself (one attempt with `on_give_up` keeps the downstream
+//! visible, as the self-heal demo does).
 //!
 //! Thresholds: ratios (`error_ratio`, `cpu`) are fractions 0..=1, `p99` a duration, `memory`
 //! bytes. Other actions: `{ set = "timeout", which = "overall", value = "2s" }` (`connect`,
