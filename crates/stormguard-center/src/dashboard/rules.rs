@@ -221,15 +221,11 @@ fn actions(actions: &[Action]) -> Markup {
     }
 }
 
+/// The value an action sets, as the policy file writes it (strings without their quotes).
 fn action_value(action: &Action) -> String {
-    match action {
-        Action::Attempts(n) => n.to_string(),
-        Action::Timeout(_, d) => format_duration(*d),
-        Action::Budget(budget) => serde_json::to_string(budget).unwrap_or_default(),
-        Action::Fallback(fallback) => serde_json::to_value(fallback)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default(),
+    match action.value() {
+        serde_json::Value::String(text) => text,
+        other => other.to_string(),
     }
 }
 

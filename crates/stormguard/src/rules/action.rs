@@ -63,7 +63,8 @@ impl Action {
         }
     }
 
-    fn value(&self) -> Value {
+    /// The value it sets, as the policy file writes it: `1`, `"2s"`, `"always"`, `true`.
+    pub fn value(&self) -> Value {
         match self {
             Action::Attempts(n) => Value::from(*n),
             Action::Timeout(_, d) => Value::from(format_duration(*d)),
