@@ -424,6 +424,14 @@ async fn every_answer_of_a_running_center_validates_against_the_openapi_document
         "/v1/services/{service}/canary/promote",
         "/v1/services/orders/canary/promote",
         editor,
+        Some(r#"{"version": 999}"#),
+    )
+    .await;
+    tour.tour(
+        "POST",
+        "/v1/services/{service}/canary/promote",
+        "/v1/services/orders/canary/promote",
+        editor,
         Some(r#"{"message": "looks good"}"#),
     )
     .await;

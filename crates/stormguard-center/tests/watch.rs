@@ -387,11 +387,17 @@ async fn a_canary_reaches_the_selected_instances_until_promoted_or_aborted() {
             json!({ "base": 2, "policy": attempts(4), "canary": { "share": 50 } }),
         )
         .await;
+    // A step meant for the canary an editor saw (v2, aborted) does not touch the new one.
+    let (status, body) = editor
+        .post("/v1/services/orders/canary/promote", json!({"version": 2}))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.to_string().contains("v3 now, not v2"), "{body}");
     assert_eq!(
         editor
             .post(
                 "/v1/services/orders/canary/promote",
-                json!({"message": "good"})
+                json!({"message": "good", "version": 3})
             )
             .await
             .0,

@@ -58,6 +58,9 @@ pub(crate) struct Rollback {
 pub(crate) struct Step {
     #[serde(default)]
     message: String,
+    /// The canary the step is meant for: refused (409) when another one runs by now.
+    #[serde(default)]
+    version: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -390,27 +393,40 @@ async fn end_canary(
     body: Option<Json<Step>>,
     promote: bool,
 ) -> Result<StatusCode, ApiError> {
-    let message = body.map(|Json(step)| step.message).unwrap_or_default();
-    end_canary_as(&center, &caller, &service, &message, promote).await?;
+    let Step { message, version } = body.map(|Json(step)| step).unwrap_or_default();
+    end_canary_as(&center, &caller, &service, &message, promote, version).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Promotes (or aborts) `service`'s canary as `caller`: the API's step and the dashboard's.
+///
+/// With `expected`, only that canary: a page (or a script) that saw v5 must not promote the
+/// v6 another editor started since, so a different canary is a conflict, as is one that
+/// changes between the read and the step.
 pub(crate) async fn end_canary_as(
     center: &Center,
     caller: &Caller,
     service: &str,
     message: &str,
     promote: bool,
+    expected: Option<u64>,
 ) -> Result<(), ApiError> {
     caller.may_edit()?;
     check_name("service", service)?;
-    let canary = center
+    let Some(canary) = center
         .store()
         .release(service)
         .await?
         .and_then(|release| release.canary)
-        .and_then(|v| u64::try_from(v).ok());
+        .and_then(|v| u64::try_from(v).ok())
+    else {
+        return Err(ApiError::NotFound(format!("{service} has no canary")));
+    };
+    if let Some(expected) = expected.filter(|e| *e != canary) {
+        return Err(ApiError::Conflict(format!(
+            "{service}'s canary is v{canary} now, not v{expected}: look at it before this step"
+        )));
+    }
     let audit = NewAudit {
         at_ms: now_ms(),
         actor: &caller.name,
@@ -420,12 +436,14 @@ pub(crate) async fn end_canary_as(
             "canary-abort"
         },
         service,
-        version: canary,
+        version: Some(canary),
         instance: None,
         detail: message,
     };
-    if !center.store().end_canary(promote, &audit).await? {
-        return Err(ApiError::NotFound(format!("{service} has no canary")));
+    if !center.store().end_canary(promote, canary, &audit).await? {
+        return Err(ApiError::Conflict(format!(
+            "{service}'s canary v{canary} ended or changed during this step"
+        )));
     }
     refresh(center, service).await;
     Ok(())

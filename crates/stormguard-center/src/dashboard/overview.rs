@@ -219,6 +219,7 @@ fn live_part(center: &Center, signed: &Signed, live: &Live) -> Markup {
                                 @for (step, label) in [("promote", "Promote to everyone"), ("abort", "Abort")] {
                                     form.inline method="post" action=(format!("/ui/services/{}/canary/{step}", status.service)) {
                                         input type="hidden" name="csrf" value=(signed.csrf);
+                                        input type="hidden" name="version" value=(v);
                                         button class={"step " (step)} type="submit" { (label) }
                                     }
                                 }

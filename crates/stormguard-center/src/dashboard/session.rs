@@ -22,7 +22,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::page::{Failure, layout};
+use super::page::{Failure, html_response, layout};
 use crate::auth::{Caller, Role};
 use crate::error::ApiError;
 use crate::server::Center;
@@ -86,18 +86,31 @@ fn cookie_token(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// Refuses a request whose `Origin` names a host other than the one it was sent to.
+///
+/// The host it was sent to is `Host`, or, behind a reverse proxy that rewrites `Host` to
+/// the center's own address (nginx's default), the `X-Forwarded-Host` the proxy adds. A
+/// page on another site cannot forge either: a form cannot set headers, and a script that
+/// sets one needs a CORS preflight the center never answers.
 fn same_origin(headers: &HeaderMap) -> Result<(), Failure> {
     let Some(origin) = headers.get(header::ORIGIN) else {
         return Ok(());
     };
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
     let origin_host = origin
         .to_str()
         .ok()
         .and_then(|o| o.split_once("://"))
         .map(|(_, rest)| rest);
-    match (origin_host, host) {
-        (Some(origin), Some(host)) if origin == host => Ok(()),
+    let sent_to = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|h| h.to_str().ok())
+            // A chain of proxies lists the hosts it saw; the browser's is the first.
+            .and_then(|h| h.split(',').next())
+            .map(str::trim)
+    };
+    let hosts = [sent_to("host"), sent_to("x-forwarded-host")];
+    match origin_host {
+        Some(origin) if hosts.contains(&Some(origin)) => Ok(()),
         _ => Err(Failure::Api(ApiError::Forbidden(
             "the form was sent from another site",
         ))),
@@ -134,8 +147,8 @@ pub(crate) struct Plain {
     csrf: String,
 }
 
-pub(crate) async fn sign_in_page() -> Markup {
-    sign_in_form(None)
+pub(crate) async fn sign_in_page() -> Response {
+    html_response(StatusCode::OK, sign_in_form(None))
 }
 
 fn sign_in_form(error: Option<&str>) -> Markup {
@@ -165,7 +178,7 @@ pub(crate) async fn sign_in(
         return failure.into_response();
     }
     let token = form.token.trim();
-    let refused = |status: StatusCode, why: &str| (status, sign_in_form(Some(why))).into_response();
+    let refused = |status: StatusCode, why: &str| html_response(status, sign_in_form(Some(why)));
     if token.is_empty() || token.len() > 256 || token.contains(char::is_whitespace) {
         return refused(
             StatusCode::BAD_REQUEST,
@@ -275,6 +288,23 @@ mod tests {
         );
         assert!(same_origin(&headers).is_err());
         headers.insert(header::ORIGIN, HeaderValue::from_static("null"));
+        assert!(same_origin(&headers).is_err());
+        // Behind a proxy that rewrites Host to the center's address, the public host is
+        // the one the proxy forwards.
+        headers.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://center.example"),
+        );
+        assert!(same_origin(&headers).is_err());
+        headers.insert(
+            "x-forwarded-host",
+            HeaderValue::from_static("center.example, 10.0.0.7"),
+        );
+        assert!(same_origin(&headers).is_ok());
+        headers.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://evil.example"),
+        );
         assert!(same_origin(&headers).is_err());
     }
 

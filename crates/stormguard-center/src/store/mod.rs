@@ -441,23 +441,26 @@ impl Store {
         matches!(self.backend, Backend::Postgres(_))
     }
 
-    /// Changes the service's release (promote a canary, or drop it) and writes the audit
-    /// record, in one transaction. Returns false when the service has no canary.
+    /// Changes the service's release (promote its canary `canary`, or drop it) and writes
+    /// the audit record, in one transaction. Returns false when the service has no canary,
+    /// or another one.
     pub(crate) async fn end_canary(
         &self,
         promote: bool,
+        canary: u64,
         audit: &NewAudit<'_>,
     ) -> Result<bool, StoreError> {
         const PROMOTE: &str =
             "UPDATE center_services SET stable = canary, canary = NULL, selector = NULL
-            WHERE service = $1 AND canary IS NOT NULL";
+            WHERE service = $1 AND canary = $2";
         const DROP: &str = "UPDATE center_services SET canary = NULL, selector = NULL
-            WHERE service = $1 AND canary IS NOT NULL";
+            WHERE service = $1 AND canary = $2";
         let _turn = self.write_turn().await;
         Ok(on_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
             let changed = sqlx::query(if promote { PROMOTE } else { DROP })
                 .bind(audit.service)
+                .bind(as_i64(canary))
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();

@@ -199,3 +199,35 @@ async fn what_people_wrote_is_shown_as_text() {
     assert!(page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert!(!page.body.contains("<script>alert"));
 }
+
+#[tokio::test]
+async fn the_sign_in_page_cannot_be_framed_or_cached() {
+    let center = center_with_web().await;
+    let page = client()
+        .get(format!("{}/ui/login", center.url()))
+        .send()
+        .await
+        .unwrap();
+    let refused = client()
+        .post(format!("{}/ui/login", center.url()))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("token=sg_unknown")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (page.status().as_u16(), refused.status().as_u16()),
+        (200, 401)
+    );
+    for response in [&page, &refused] {
+        let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap());
+        assert!(
+            header("content-security-policy")
+                .is_some_and(|csp| csp.contains("frame-ancestors 'none'")),
+            "{:?}",
+            response.headers()
+        );
+        assert_eq!(header("x-frame-options"), Some("DENY"));
+        assert_eq!(header("cache-control"), Some("no-store"));
+    }
+}

@@ -204,6 +204,11 @@ async fn wait_for_slot(
         slot: place.slot,
     };
     // A slot given back between the refusal and joining the queue went to nobody: look again.
+    // The fence orders joining (a SeqCst store of the queue's length) before this look at
+    // the limiter, against a releaser's SeqCst give-back followed by its look at the length:
+    // without it each side could miss the other's write and the waiter would wait out its
+    // patience beside a free slot.
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     if let Ok(ticket) = limiter.try_acquire(partition, now()) {
         return Ok(ticket);
     }

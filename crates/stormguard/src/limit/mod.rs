@@ -466,7 +466,12 @@ impl Limiter {
     }
 
     fn give_back(&self, partition: u32) {
-        self.in_flight.fetch_sub(1, Ordering::Release);
+        // SeqCst, not just Release: a queue in front of the limiter checks for waiters
+        // after this, while a waiter joins the queue and then looks at `in_flight` again
+        // (behind a SeqCst fence). In the single total order of those accesses at least one
+        // of the two sees the other, so a freed slot cannot be missed by both. On x86 this is
+        // the same locked instruction as Release.
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
         if let Some(p) = self.partitions.get(partition as usize) {
             p.in_flight.fetch_sub(1, Ordering::Relaxed);
         }
