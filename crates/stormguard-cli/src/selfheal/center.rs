@@ -99,7 +99,8 @@ impl DemoCenter {
                 )
             }
             CenterAt::Process(program) => {
-                let (url, child) = spawn(program, &database, &admin, max_changes, dir.path())?;
+                let (url, child) =
+                    spawn(program, &database, &admin, max_changes, dir.path()).await?;
                 (url, Running::Process { _child: child })
             }
         };
@@ -211,9 +212,16 @@ async fn token(
         .ok_or_else(|| format!("the center made no token: {answer}"))
 }
 
+/// How long the center may take to announce where it listens.
+const START_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// `program center` on a free port of 127.0.0.1 with the admin token in its environment,
 /// its log in `dir`; returns its URL once it has announced where it listens.
-fn spawn(
+///
+/// A thread reads the child's standard output: its first line (the address) is handed over
+/// and the rest is drained for as long as the child runs, so that the center never writes
+/// into a closed pipe. The wait for that first line is bounded by [`START_WAIT`].
+async fn spawn(
     program: &Path,
     database: &str,
     admin: &str,
@@ -239,11 +247,22 @@ fn spawn(
         .spawn()
         .map_err(|e| format!("starting {} center: {e}", program.display()))?;
     let mut child = ChildCenter(child);
-    let mut first = String::new();
+    let (announce, announced) = oneshot::channel();
     if let Some(stdout) = child.0.stdout.take() {
-        // Blocks until the center has bound its port (or died): the first line it prints.
-        let _ = std::io::BufReader::new(stdout).read_line(&mut first);
+        std::thread::spawn(move || {
+            let mut stdout = std::io::BufReader::new(stdout);
+            let mut first = String::new();
+            // Until the center has bound its port (or died): the first line it prints.
+            let _ = stdout.read_line(&mut first);
+            let _ = announce.send(first);
+            let _ = std::io::copy(&mut stdout, &mut std::io::sink());
+        });
     }
+    let first = tokio::time::timeout(START_WAIT, announced)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
     let listen: Option<String> = serde_json::from_str::<Value>(&first)
         .ok()
         .and_then(|v| v["listen"].as_str().map(str::to_owned));
