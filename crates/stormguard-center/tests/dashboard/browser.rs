@@ -9,6 +9,9 @@
 //! sandbox (tests run as root) and without anything that reaches outside the machine
 //! (updates, sync, QUIC). Only one browser runs at a time (the machine is small); a test
 //! holds [`Browser`] for its whole run.
+//!
+//! The self-heal demo's browser test (`crates/stormguard-cli/src/selfheal/browser_tests.rs`)
+//! includes this file too (`#[path]`), so that both drive chromium the same way.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -36,7 +39,7 @@ pub(crate) struct Browser {
 }
 
 /// The chromedriver program, or `None` after a loud SKIPPED line.
-fn chromedriver(test: &str) -> Option<PathBuf> {
+pub(crate) fn chromedriver(test: &str) -> Option<PathBuf> {
     match std::env::var("STORMGUARD_TEST_CHROMEDRIVER") {
         Ok(path) if !path.is_empty() => Some(path.into()),
         _ => {
@@ -115,6 +118,20 @@ impl Browser {
     /// Opens `url`.
     pub(crate) async fn goto(&self, url: &str) {
         self.client.goto(url).await.expect("navigate");
+    }
+
+    /// Signs in to the dashboard at `center` (`http://127.0.0.1:PORT`) through its form
+    /// with `token`; the services page follows.
+    pub(crate) async fn sign_in(&self, center: &str, token: &str) {
+        self.goto(&format!("{center}/ui")).await;
+        // Not signed in: the dashboard leads to the sign-in form.
+        self.wait_for("form[action='/ui/login'] input[name=token]")
+            .await;
+        assert_eq!(self.path().await, "/ui/login");
+        self.fill("#token", token).await;
+        self.click("form[action='/ui/login'] button[type=submit]")
+            .await;
+        self.wait_for("table.services").await;
     }
 
     /// Loads the page shown again.

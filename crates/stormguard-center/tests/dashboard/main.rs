@@ -79,21 +79,6 @@ async fn web_instance_with(
     (layer, watch)
 }
 
-/// Signs in through the form with `token`; the services page follows.
-async fn sign_in(browser: &Browser, center: &TestCenter, token: &str) {
-    browser.goto(&format!("{}/ui", center.url())).await;
-    // Not signed in: the dashboard leads to the sign-in form.
-    browser
-        .wait_for("form[action='/ui/login'] input[name=token]")
-        .await;
-    assert_eq!(browser.path().await, "/ui/login");
-    browser.fill("#token", token).await;
-    browser
-        .click("form[action='/ui/login'] button[type=submit]")
-        .await;
-    browser.wait_for("table.services").await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_in_and_read_a_service() {
     let Some(browser) = Browser::start("sign_in_and_read_a_service").await else {
@@ -112,7 +97,7 @@ async fn sign_in_and_read_a_service() {
     assert!(refusal.contains("does not know this token"), "{refusal}");
     browser.screenshot("sign-in-refused").await;
 
-    sign_in(&browser, &center, &center.viewer).await;
+    browser.sign_in(&center.url(), &center.viewer).await;
     assert_eq!(browser.text("#who").await, "bob");
     let row = browser.text("table.services tbody tr").await;
     assert!(
@@ -168,7 +153,7 @@ async fn publish_a_change_and_watch_it_acked() {
     };
     let center = center_with_web().await;
     let (layer, watch) = web_instance(&center, "web-1").await;
-    sign_in(&browser, &center, &center.editor).await;
+    browser.sign_in(&center.url(), &center.editor).await;
 
     browser
         .goto(&format!("{}/ui/services/web/publish", center.url()))
@@ -289,7 +274,7 @@ async fn roll_back_from_the_history() {
     tokio::time::timeout(PAGE_WAIT, watch.wait_for(|s| s.applied == Some(2)))
         .await
         .unwrap();
-    sign_in(&browser, &center, &center.editor).await;
+    browser.sign_in(&center.url(), &center.editor).await;
 
     browser
         .goto(&format!("{}/ui/services/web/history", center.url()))

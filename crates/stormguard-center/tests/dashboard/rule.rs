@@ -15,7 +15,7 @@ use stormguard::rules::{Observations, Series, Verdict};
 use stormguard_center::{CollectConfig, Collector, EndpointTraffic, Round, RuleRunner};
 
 use super::browser::{Browser, PAGE_WAIT};
-use super::{EP, center_with_web, sign_in, web_instance_with};
+use super::{EP, center_with_web, web_instance_with};
 
 /// The instance's `/metrics`, as the client stack would write it.
 #[derive(Clone, Default)]
@@ -123,7 +123,7 @@ async fn a_rule_fires_from_collected_metrics_and_shows_with_its_values() {
         .await;
     assert_eq!(status, 204);
 
-    sign_in(&browser, &center, &center.viewer).await;
+    browser.sign_in(&center.url(), &center.viewer).await;
     browser
         .goto(&format!("{}/ui/services/web/rules", center.url()))
         .await;

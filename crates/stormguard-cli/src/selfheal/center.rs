@@ -38,6 +38,8 @@ pub(crate) struct DemoCenter {
     pub(crate) url: String,
     /// The instances' tokens, one each.
     pub(crate) instances: Vec<String>,
+    /// A viewer's token (the dashboard's sign-in; [`versions`](Self::versions) reads with it).
+    pub(crate) viewer_token: String,
     editor: Client,
     viewer: Client,
     running: Running,
@@ -106,7 +108,8 @@ impl DemoCenter {
         };
         let admin = client(&url, &admin)?;
         let editor = client(&url, &token(&admin, "ops", "editor", None).await?)?;
-        let viewer = client(&url, &token(&admin, "demo", "viewer", None).await?)?;
+        let viewer_token = token(&admin, "demo", "viewer", None).await?;
+        let viewer = client(&url, &viewer_token)?;
         let mut instances = Vec::new();
         for i in 1..=clients {
             let name = format!("{SERVICE}-{i}");
@@ -115,6 +118,7 @@ impl DemoCenter {
         Ok(DemoCenter {
             url,
             instances,
+            viewer_token,
             editor,
             viewer,
             running,

@@ -215,6 +215,28 @@ impl Fleet {
         }
     }
 
+    /// Resolves once every instance runs `version` (`false`: a watch ended first).
+    #[cfg(test)]
+    pub(crate) fn every_instance_runs(
+        &self,
+        version: u64,
+    ) -> impl std::future::Future<Output = bool> + Send + 'static {
+        let watches: Vec<_> = self
+            .instances
+            .iter()
+            .map(|i| Arc::clone(&i.watch))
+            .collect();
+        async move {
+            for watch in watches {
+                let state = watch.wait_for(|s| s.applied == Some(version)).await;
+                if state.applied != Some(version) {
+                    return false;
+                }
+            }
+            true
+        }
+    }
+
     /// Stops sending new requests (those in flight finish on their own).
     pub(crate) fn stop(&mut self) {
         for task in self.loops.drain(..) {

@@ -27,8 +27,12 @@
 //! the same center served in the test's process (a child process cannot share the paused
 //! clock) and its collector started on the same defaults; the demo runs it in real time.
 //! Both report the switch time: from the first 504 the CDN answered to the moment every
-//! instance runs the rule's version.
+//! instance runs the rule's version. A second test (`browser_tests.rs`) plays the same
+//! story and watches it on the center's dashboard in a headless chromium: the rule firing,
+//! active, and reverted.
 
+#[cfg(test)]
+mod browser_tests;
 mod center;
 mod fleet;
 mod report;

@@ -143,9 +143,25 @@ impl World {
         })
     }
 
+    /// The center's URL (`http://127.0.0.1:PORT`; its dashboard is at `/ui`) and a viewer
+    /// token to sign in with, for a person (or a browser test) to watch the run.
+    pub(crate) fn dashboard(&self) -> (&str, &str) {
+        (&self.center.url, &self.center.viewer_token)
+    }
+
+    /// Resolves once every client runs `version` (`false`: a client's watch ended first).
+    #[cfg(test)]
+    pub(crate) fn every_client_runs(
+        &self,
+        version: u64,
+    ) -> impl std::future::Future<Output = bool> + Send + 'static {
+        self.fleet.every_instance_runs(version)
+    }
+
     /// Runs the story on tokio's clock (real or paused), from now: the users start, the
-    /// center collects and runs its rules, the CDN fails and recovers on schedule.
-    pub(crate) async fn play(mut self) -> Result<Run, String> {
+    /// center collects and runs its rules, the CDN fails and recovers on schedule. The
+    /// center still serves afterwards (its API and dashboard), until the world is dropped.
+    pub(crate) async fn play(&mut self) -> Result<Run, String> {
         let config = &self.config;
         self.timeline.restart();
         // The center's own collection loop, with its default interval: it scrapes the
@@ -175,9 +191,12 @@ impl World {
     }
 }
 
-/// Runs the story once: [`World::start`], then [`World::play`].
+/// Runs the story once: [`World::start`], then [`World::play`], saying where to watch it.
 pub(crate) async fn run(config: &Config) -> Result<Run, String> {
-    World::start(config).await?.play().await
+    let mut world = World::start(config).await?;
+    let (url, token) = world.dashboard();
+    eprintln!("stormguard: watch it on the center's dashboard, {url}/ui (viewer token {token})");
+    world.play().await
 }
 
 async fn sleep_until(timeline: &Timeline, at: Duration) {

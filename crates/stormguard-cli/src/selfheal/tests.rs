@@ -18,14 +18,12 @@ use std::time::Duration;
 use stormguard::policy::{Fallback, PolicyFile};
 
 use super::report::{self, SWITCH_GOAL};
-use super::scenario::{Config, World};
+use super::scenario::{Config, Run, World};
 use super::timeline::{Answer, Mark};
 
-#[tokio::test]
-async fn the_cdn_outage_heals_itself_and_reverts_under_compressed_time() {
-    let config = Config::default();
-    // Set up in real time (opening the SQLite store waits on its thread), then pause.
-    let world = World::start(&config).await.expect("the set-up");
+/// Plays `world`'s story under the paused clock, with the pacer. The world was started in
+/// real time (opening the SQLite store waits on its thread); the clock stays paused after.
+pub(super) async fn play_paused(world: &mut World) -> Run {
     tokio::time::pause();
     // The pacer: a timer every millisecond, so that while the runtime waits on SQLite's
     // thread the paused clock moves a millisecond at a time, not to the next far timer.
@@ -36,6 +34,14 @@ async fn the_cdn_outage_heals_itself_and_reverts_under_compressed_time() {
     });
     let run = world.play().await.expect("the run");
     pacer.abort();
+    run
+}
+
+#[tokio::test]
+async fn the_cdn_outage_heals_itself_and_reverts_under_compressed_time() {
+    let config = Config::default();
+    let mut world = World::start(&config).await.expect("the set-up");
+    let run = play_paused(&mut world).await;
     let (bins, s) = report::read(&run);
     let r = &run.record;
     // What the demo prints, for whoever reads the test's output (`--nocapture`).
