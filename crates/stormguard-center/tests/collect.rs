@@ -3,7 +3,8 @@
 //! operator), the collector reads them at instants the test chooses (an injected clock: no
 //! sleeps, no timers), and the rule fires on the increases and reverts when they clear;
 //! the rounds are in the center's history; a page that is not the exposition format fails
-//! that instance only, naming the line; a bad metrics URL refuses the watch.
+//! that instance only, naming the line; a bad metrics URL refuses the watch; and `run`, in
+//! paused time, reads once per interval and stops when told.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -281,4 +282,59 @@ async fn a_prometheus_that_cannot_be_read_is_a_typed_error_and_changes_nothing()
         }
     }
     assert!(center.center.metric_history().rounds("web").is_empty());
+}
+
+#[tokio::test]
+async fn run_reads_every_interval_and_stops_when_told() {
+    let center = TestCenter::sqlite().await;
+    let instance = Instance::default();
+    instance.set(10, 0);
+    let url = instance.serve().await;
+    center
+        .center
+        .scrape_targets()
+        .add_static("web", "web-1", &url)
+        .unwrap();
+    let runner = Arc::new(RuleRunner::new(center.center.clone(), 6));
+    let interval = Duration::from_secs(10);
+    let config = CollectConfig {
+        interval,
+        timeout: Duration::from_secs(5),
+        ..CollectConfig::default()
+    };
+    let collector = Collector::new(center.center.clone(), runner, config);
+    // From here on the clock only moves when every task waits (paused time).
+    tokio::time::pause();
+    let start = tokio::time::Instant::now();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(collector.run(async move {
+        let _ = stopped.await;
+    }));
+    let history = center.center.metric_history();
+    for _ in 0..100 {
+        if history.rounds("web").len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let rounds = history.rounds("web");
+    assert!(rounds.len() >= 3, "{} rounds", rounds.len());
+    assert!(
+        rounds.iter().all(|r| r.instances == 1),
+        "each round read web-1"
+    );
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= 2 * interval,
+        "a round every interval at most: 3 rounds in {elapsed:?}"
+    );
+    stop.send(()).unwrap();
+    running.await.unwrap();
+    let after_stop = history.rounds("web").len();
+    tokio::time::sleep(10 * interval).await;
+    assert_eq!(
+        history.rounds("web").len(),
+        after_stop,
+        "no round after the stop"
+    );
 }
