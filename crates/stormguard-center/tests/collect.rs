@@ -329,7 +329,10 @@ async fn run_reads_every_interval_and_stops_when_told() {
         "a round every interval at most: 3 rounds in {elapsed:?}"
     );
     stop.send(()).unwrap();
-    running.await.unwrap();
+    tokio::time::timeout(interval, running)
+        .await
+        .expect("run returns within an interval of the stop")
+        .unwrap();
     let after_stop = history.rounds("web").len();
     tokio::time::sleep(10 * interval).await;
     assert_eq!(

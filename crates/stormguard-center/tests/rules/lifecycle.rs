@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// A named edit of a rule (its JSON).
+type Edit<T> = (&'static str, fn(&mut T));
+
 fn at(t0: Instant, s: u64) -> Instant {
     t0 + Duration::from_secs(s)
 }
@@ -91,7 +94,7 @@ async fn restart_on(url: &str) {
 
 #[tokio::test]
 async fn an_edit_that_changes_what_a_fired_rule_does_reverts_it_first() {
-    let edits: [(&str, fn(&mut Value)); 3] = [
+    let edits: [Edit<Value>; 3] = [
         ("other actions", |r| {
             r["actions"] = json!([{ "set": "attempts", "max_attempts": 2 }]);
         }),

@@ -450,7 +450,8 @@ mod props {
 fn an_edit_that_changes_what_a_fired_rule_does_starts_it_idle() {
     let base = one_rule("0s", "0s", "").rules;
     let t0 = Instant::now();
-    let edits: [(&str, fn(&mut Rule)); 3] = [
+    type Edit = (&'static str, fn(&mut Rule));
+    let edits: [Edit; 3] = [
         ("dry run on", |r| r.dry_run = true),
         ("another endpoint", |r| r.endpoint = "GET /other".to_owned()),
         ("other actions", |r| r.actions = vec![Action::Attempts(2)]),
