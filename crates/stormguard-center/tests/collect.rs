@@ -287,9 +287,18 @@ async fn a_prometheus_that_cannot_be_read_is_a_typed_error_and_changes_nothing()
 #[tokio::test]
 async fn run_reads_every_interval_and_stops_when_told() {
     let center = TestCenter::sqlite().await;
-    let instance = Instance::default();
-    instance.set(10, 0);
-    let url = instance.serve().await;
+    // A `/metrics` that tells the test when it is read, on the runtime's (paused) clock.
+    let (read, mut reads) = tokio::sync::mpsc::unbounded_channel();
+    let router = Router::new().route(
+        "/metrics",
+        get(move || {
+            let _ = read.send(tokio::time::Instant::now());
+            async { "process_resident_memory_bytes 4096\n" }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
     center
         .center
         .scrape_targets()
@@ -303,41 +312,32 @@ async fn run_reads_every_interval_and_stops_when_told() {
         ..CollectConfig::default()
     };
     let collector = Collector::new(center.center.clone(), runner, config);
-    // From here on the clock only moves when every task waits (paused time).
+    // From here on the clock only moves when every task waits (paused time); the test
+    // waits on the reads themselves, never on a timer of its own.
     tokio::time::pause();
-    let start = tokio::time::Instant::now();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(collector.run(async move {
         let _ = stopped.await;
     }));
-    let history = center.center.metric_history();
-    for _ in 0..100 {
-        if history.rounds("web").len() >= 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut at = Vec::new();
+    for _ in 0..3 {
+        at.push(reads.recv().await.unwrap());
     }
-    let rounds = history.rounds("web");
-    assert!(rounds.len() >= 3, "{} rounds", rounds.len());
-    assert!(
-        rounds.iter().all(|r| r.instances == 1),
-        "each round read web-1"
-    );
-    let elapsed = start.elapsed();
-    assert!(
-        elapsed >= 2 * interval,
-        "a round every interval at most: 3 rounds in {elapsed:?}"
-    );
+    for pair in at.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= interval,
+            "one read per interval at most: {:?}",
+            pair[1] - pair[0]
+        );
+    }
     stop.send(()).unwrap();
-    tokio::time::timeout(interval, running)
-        .await
-        .expect("run returns within an interval of the stop")
-        .unwrap();
-    let after_stop = history.rounds("web").len();
+    // It finishes the round in progress, if any, and returns.
+    running.await.unwrap();
+    let read_before_stop = at.len() + std::iter::from_fn(|| reads.try_recv().ok()).count();
     tokio::time::sleep(10 * interval).await;
-    assert_eq!(
-        history.rounds("web").len(),
-        after_stop,
-        "no round after the stop"
+    assert!(reads.try_recv().is_err(), "no read after the stop");
+    assert!(
+        center.center.metric_history().rounds("web").len() >= read_before_stop,
+        "each read is a recorded round"
     );
 }
