@@ -57,7 +57,9 @@ pub struct RuleEvent {
     pub verdict: Verdict,
     /// The version published, if one was (none for a dry run, a failure, or nothing to do).
     pub version: Option<u64>,
-    /// The audit action written: `rule-fire`, `rule-revert`, `rule-dry-run`, `rule-failed`.
+    /// The audit action written: `rule-fire`, `rule-revert`, `rule-dry-run`, `rule-failed`
+    /// (`rule-fire` with no record and no version when the rule's last record says it had
+    /// fired already, as another replica's runner may have done).
     pub action: &'static str,
     /// The audit detail (JSON: the rule, the observed values, the fields changed).
     pub detail: String,

@@ -4,7 +4,10 @@
 //! instant they belong to, so the same decisions come out of a test that steps a manual
 //! clock, a simulation, and the center's collector loop. Publishing is not its business
 //! either: it says *fire* or *revert*, the caller publishes, and tells it with
-//! [`RuleEngine::undo`] when that failed.
+//! [`RuleEngine::undo`] when that failed. Nor does it remember across processes: the caller
+//! keeps a record of each firing and, when it starts over, tells the engine which rules are
+//! fired with [`RuleEngine::restore`] (the changes of the last hour that count toward the
+//! cap are not restored: a restart may allow that many more).
 //!
 //! Each rule is in one of three phases. **Idle**: the condition does not hold. **Pending**:
 //! it holds, since some instant; after `for` the rule fires. **Active**: it fired; once the
