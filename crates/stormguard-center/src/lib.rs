@@ -27,7 +27,9 @@
 //! - **Rules.** Metric-driven rules ([`stormguard::rules`]) are stored per service and run
 //!   by a [`RuleRunner`] on the observations a collector hands it: each firing and revert
 //!   is a version published like any other, by `rule:<name>`, with the observed values in
-//!   its audit record; a dry-run rule only writes `rule-dry-run` audit records.
+//!   its audit record; a dry-run rule only writes `rule-dry-run` audit records. What a rule
+//!   changed is read back from its audit records, so a restarted center reverts a rule that
+//!   fired before it, and editing or deleting a fired rule reverts its change first.
 //! - **Collection.** A [`Collector`] reads each service's numbers every second — from each
 //!   instance's `/metrics` (the instance announces the URL with its watch), or from a
 //!   Prometheus server with PromQL — keeps the recent rounds in the [`MetricHistory`]
@@ -63,8 +65,8 @@
 //! | `GET /v1/audit?service=&limit=` | viewer | [`AuditRecord`]s, newest first |
 //! | `POST /v1/tokens` | admin | `{name, role, service?}` → `{token}` |
 //! | `GET /v1/services/{s}/rules` | viewer | the service's metric-driven rules |
-//! | `PUT /v1/services/{s}/rules/{name}` | editor | store a rule (the JSON shape of [`stormguard::rules`]) → 204, 422 if invalid |
-//! | `DELETE /v1/services/{s}/rules/{name}` | editor | delete a rule → 204, 404 if none |
+//! | `PUT /v1/services/{s}/rules/{name}` | editor | store a rule (the JSON shape of [`stormguard::rules`]) → 204, 422 if invalid; a fired rule edited to change something else is reverted first (409 if that cannot be published) |
+//! | `DELETE /v1/services/{s}/rules/{name}` | editor | delete a rule → 204, 404 if none; a fired rule is reverted first (409 if that cannot be published) |
 //! | `GET /metrics` | viewer | Prometheus text (see [`metric_names`]) |
 //! | `GET /openapi.json` | none | the OpenAPI 3.1 document of this API |
 //! | `GET /healthz` | none | `ok` |

@@ -71,6 +71,9 @@ struct Inner {
     targets: crate::collect::ScrapeTargets,
     history: crate::collect::MetricHistory,
     listener: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Taken by the rule runner for each observation and by the rule routes for each edit,
+    /// so that an edit never lands between a rule's decision and its publish.
+    rule_turn: tokio::sync::Mutex<()>,
 }
 
 impl Drop for Inner {
@@ -99,6 +102,7 @@ impl Center {
                 targets: crate::collect::ScrapeTargets::default(),
                 history: crate::collect::MetricHistory::default(),
                 listener: std::sync::Mutex::new(None),
+                rule_turn: tokio::sync::Mutex::new(()),
             }),
         };
         if let Some(pool) = store.postgres_pool() {
@@ -120,6 +124,11 @@ impl Center {
     /// The store.
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// Waits for the turn to run or change rules (see `Inner::rule_turn`).
+    pub(crate) async fn rule_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.inner.rule_turn.lock().await
     }
 
     pub(crate) fn hub(&self) -> &Hub {

@@ -3,7 +3,8 @@
 //! operator), the collector reads them at instants the test chooses (an injected clock: no
 //! sleeps, no timers), and the rule fires on the increases and reverts when they clear;
 //! the rounds are in the center's history; a page that is not the exposition format fails
-//! that instance only, naming the line; a bad metrics URL refuses the watch.
+//! that instance only, naming the line; a bad metrics URL refuses the watch; and `run`, in
+//! paused time, reads once per interval and stops when told.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -281,4 +282,62 @@ async fn a_prometheus_that_cannot_be_read_is_a_typed_error_and_changes_nothing()
         }
     }
     assert!(center.center.metric_history().rounds("web").is_empty());
+}
+
+#[tokio::test]
+async fn run_reads_every_interval_and_stops_when_told() {
+    let center = TestCenter::sqlite().await;
+    // A `/metrics` that tells the test when it is read, on the runtime's (paused) clock.
+    let (read, mut reads) = tokio::sync::mpsc::unbounded_channel();
+    let router = Router::new().route(
+        "/metrics",
+        get(move || {
+            let _ = read.send(tokio::time::Instant::now());
+            async { "process_resident_memory_bytes 4096\n" }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    center
+        .center
+        .scrape_targets()
+        .add_static("web", "web-1", &url)
+        .unwrap();
+    let runner = Arc::new(RuleRunner::new(center.center.clone(), 6));
+    let interval = Duration::from_secs(10);
+    let config = CollectConfig {
+        interval,
+        timeout: Duration::from_secs(5),
+        ..CollectConfig::default()
+    };
+    let collector = Collector::new(center.center.clone(), runner, config);
+    // From here on the clock only moves when every task waits (paused time); the test
+    // waits on the reads themselves, never on a timer of its own.
+    tokio::time::pause();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(collector.run(async move {
+        let _ = stopped.await;
+    }));
+    let mut at = Vec::new();
+    for _ in 0..3 {
+        at.push(reads.recv().await.unwrap());
+    }
+    for pair in at.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= interval,
+            "one read per interval at most: {:?}",
+            pair[1] - pair[0]
+        );
+    }
+    stop.send(()).unwrap();
+    // It finishes the round in progress, if any, and returns.
+    running.await.unwrap();
+    let read_before_stop = at.len() + std::iter::from_fn(|| reads.try_recv().ok()).count();
+    tokio::time::sleep(10 * interval).await;
+    assert!(reads.try_recv().is_err(), "no read after the stop");
+    assert!(
+        center.center.metric_history().rounds("web").len() >= read_before_stop,
+        "each read is a recorded round"
+    );
 }

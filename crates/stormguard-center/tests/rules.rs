@@ -2,9 +2,13 @@
 //! `RuleRunner` fed hand-made observations at instants the test chooses (no collector, no
 //! sleeps): firings and reverts are versions by `rule:<name>` with the observed values in
 //! their audit records, a dry run publishes nothing, flapping input publishes once, the
-//! hourly cap holds, and a revert keeps what a person changed in between.
+//! hourly cap holds, and a revert keeps what a person changed in between; and (in
+//! `lifecycle`) a fired rule's change taken back after a restart, an edit, a deletion, and
+//! with two rules on one field.
 #![allow(clippy::unwrap_used)]
 
+#[path = "rules/lifecycle.rs"]
+mod lifecycle;
 mod support;
 
 use std::time::{Duration, Instant};

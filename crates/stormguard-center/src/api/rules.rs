@@ -5,6 +5,11 @@
 //! `service` and `name` must be those of the URL, so a rule cannot be filed under another
 //! service than the one it changes. Each change is an audit record (`rule-put`,
 //! `rule-delete`).
+//!
+//! A fired rule that is deleted, or edited to change something else (another endpoint,
+//! other actions, dry run on or off), first has its change reverted: a version by
+//! `rule:<name>` whose `rule-revert` record names the editor (see [`crate::rules`]); if that
+//! revert cannot be published, the edit is refused with 409.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -16,6 +21,7 @@ use stormguard::rules::Rule;
 use super::check_name;
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::rules::revert_before_edit;
 use crate::server::{Center, now_ms};
 use crate::store::NewAudit;
 
@@ -64,6 +70,10 @@ pub(crate) async fn put(
         )));
     }
     let text = rule.to_json();
+    let _turn = center.rule_turn().await;
+    if let Some(old) = stored(&center, &service, &name).await? {
+        revert_before_edit(&center, &service, &old, Some(&rule), &caller.name).await?;
+    }
     let audit = NewAudit {
         at_ms: now_ms(),
         actor: &caller.name,
@@ -84,6 +94,10 @@ pub(crate) async fn delete(
 ) -> Result<StatusCode, ApiError> {
     caller.may_edit()?;
     check_name("service", &service)?;
+    let _turn = center.rule_turn().await;
+    if let Some(old) = stored(&center, &service, &name).await? {
+        revert_before_edit(&center, &service, &old, None, &caller.name).await?;
+    }
     let audit = NewAudit {
         at_ms: now_ms(),
         actor: &caller.name,
@@ -100,4 +114,14 @@ pub(crate) async fn delete(
             "{service} has no rule {name:?}"
         )))
     }
+}
+
+/// The stored rule `name` of `service`, if there is one that reads (one that does not was
+/// never run, so it has nothing to revert).
+async fn stored(center: &Center, service: &str, name: &str) -> Result<Option<Rule>, ApiError> {
+    let rows = center.store().rules(service).await?;
+    Ok(rows
+        .into_iter()
+        .find(|row| row.name == name)
+        .and_then(|row| Rule::from_json(&row.rule).ok()))
 }

@@ -1,7 +1,7 @@
 //! A service's rules, each written out in words (when it fires, what it does, how it
 //! clears), with its state and its firing history: the `rule-fire`, `rule-revert`,
-//! `rule-dry-run` and `rule-failed` audit records the rule runner writes, with the values
-//! that fired it.
+//! `rule-handoff`, `rule-dry-run` and `rule-failed` audit records the rule runner writes,
+//! with the values that fired it.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -75,6 +75,7 @@ fn kind(action: &str) -> Option<(&'static str, &'static str)> {
     match action {
         "rule-fire" => Some(("fired", "bad")),
         "rule-revert" => Some(("reverted", "good")),
+        "rule-handoff" => Some(("took over a revert", "wait")),
         "rule-dry-run" => Some(("dry run", "wait")),
         "rule-failed" => Some(("failed", "bad")),
         _ => None,
@@ -85,8 +86,13 @@ fn rule_card(rule: &Rule, records: &[AuditRecord]) -> Markup {
     let firings = firings(&rule.name, records);
     let active = firings
         .iter()
-        .find(|r| matches!(r.action.as_str(), "rule-fire" | "rule-revert"))
-        .is_some_and(|r| r.action == "rule-fire");
+        .find(|r| {
+            matches!(
+                r.action.as_str(),
+                "rule-fire" | "rule-revert" | "rule-handoff"
+            )
+        })
+        .is_some_and(|r| r.action != "rule-revert");
     html! {
         section.card.rule data-rule=(rule.name) {
             h2 {
@@ -139,6 +145,7 @@ fn firing_row(record: &AuditRecord) -> Markup {
                 @if let Some(changes) = detail["changes"].as_array() {
                     @for change in changes { div { (change_text(change)) } }
                 }
+                @if let Some(reason) = detail["reason"].as_str() { div.muted { (reason) } }
                 @if let Some(error) = detail["error"].as_str() { div.bad { (error) } }
             }
         }
@@ -154,7 +161,8 @@ fn number(value: &Value) -> String {
     }
 }
 
-/// `retry.max_attempts: 3 → 1` from a firing's change, or what a revert restored or kept.
+/// `retry.max_attempts: 3 → 1` from a firing's change, or what a revert restored, kept or
+/// left to another rule.
 fn change_text(change: &Value) -> Markup {
     let field = change["field"].as_str().unwrap_or("?");
     let show = |v: &Value| {
@@ -172,6 +180,8 @@ fn change_text(change: &Value) -> Markup {
             (show(&change["from"])) " → " (show(&change["restored"])) " " span.muted { "(restored)" }
         } @else if change.get("kept").is_some() {
             (show(&change["kept"])) " " span.muted { "(kept: changed since the firing)" }
+        } @else if let Some(to) = change["handed_to"].as_str() {
+            span.muted { "left to rule " (to) ", which restores " (show(&change["before"])) }
         }
     }
 }

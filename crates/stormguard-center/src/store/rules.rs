@@ -107,6 +107,26 @@ impl Store {
             .await?))
     }
 
+    /// The newest record of `service` by `actor` that says where a rule stands: a
+    /// `rule-fire`, `rule-revert` or `rule-handoff` (read on its own, not from a page of
+    /// [`Store::audit_actions`], so that no number of `rule-failed` or ACK records pushes
+    /// it out).
+    pub(crate) async fn last_rule_change(
+        &self,
+        service: &str,
+        actor: &str,
+    ) -> Result<Option<AuditRow>, StoreError> {
+        const SQL: &str = "SELECT id, at_ms, actor, action, service, version, instance, detail
+            FROM center_audit WHERE service = $1 AND actor = $2
+            AND action IN ('rule-fire', 'rule-revert', 'rule-handoff')
+            ORDER BY id DESC LIMIT 1";
+        Ok(on_pool!(self, |pool| sqlx::query_as(SQL)
+            .bind(service)
+            .bind(actor)
+            .fetch_optional(pool)
+            .await?))
+    }
+
     /// Every service that has a version or a rule, by name.
     pub(crate) async fn services(&self) -> Result<Vec<String>, StoreError> {
         const SQL: &str = "SELECT service FROM center_services

@@ -8,9 +8,21 @@
 //! Where someone changed that same field since the firing, their value is newer than both
 //! and is kept (the revert reports it as kept); fields the rule never touched are never
 //! touched by the revert, so any other edit made in between survives.
+//!
+//! **Two rules on one field.** Rule A sets `retry.max_attempts` 4 → 2, then rule B sets it
+//! 2 → 1. If B clears first it puts back 2 (A's value) and A later puts back 4: the field
+//! unwinds in order. If A clears first, the field holds B's 1, not A's 2, so A must not
+//! restore 4 under B; but A's "before" must not be lost either, or B would later restore
+//! A's 2 and an automatic value would stay forever. So A *hands over* its value before to
+//! the rule that overrode it (B's own value before is A's value after):
+//! B now remembers 4, and restores it when it clears. The last revert restores the person's
+//! value; a person's edit in between is still newer than every rule's and is kept. Handing
+//! over is the same test as keeping a person's edit (the field no longer holds the rule's
+//! value), with one question more: did another rule that is still active take it over?
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::duration::format_duration;
@@ -47,6 +59,17 @@ pub enum Action {
     IsolateBreaker(bool),
 }
 
+/// Every field an action sets, as [`Action::field`] names it.
+const FIELDS: [&[&str]; 7] = [
+    &["retry", "max_attempts"],
+    &["timeouts", "connect"],
+    &["timeouts", "per_try"],
+    &["timeouts", "overall"],
+    &["budget"],
+    &["fallback"],
+    &["breaker", "isolated"],
+];
+
 impl Action {
     /// The field it sets, as the policy file names it from the endpoint's table.
     pub fn field(&self) -> &'static [&'static str] {
@@ -82,15 +105,59 @@ impl Action {
 
 /// One field a firing changed: its value before and after, as the file writes them
 /// (`None`: the policy left it out).
-#[derive(Clone, Debug, PartialEq)]
+///
+/// As JSON (what the center's `rule-fire` audit record keeps, so that a restarted center
+/// can still revert): `{"field": "retry.max_attempts", "before": 3, "after": 1}`; reading
+/// it back refuses a field no action sets.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawFieldEdit")]
 pub struct FieldEdit {
     /// The field, from the endpoint's table: `retry.max_attempts`.
     pub field: String,
+    #[serde(skip)]
     keys: &'static [&'static str],
     /// Its value in the version the rule fired on.
     pub before: Option<Value>,
     /// Its value in the version the firing published.
     pub after: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct RawFieldEdit {
+    field: String,
+    #[serde(default)]
+    before: Option<Value>,
+    #[serde(default)]
+    after: Option<Value>,
+}
+
+impl TryFrom<RawFieldEdit> for FieldEdit {
+    type Error = String;
+
+    fn try_from(raw: RawFieldEdit) -> Result<Self, String> {
+        let keys = FIELDS
+            .into_iter()
+            .find(|keys| keys.join(".") == raw.field)
+            .ok_or_else(|| format!("field: no rule action sets {:?}", raw.field))?;
+        Ok(FieldEdit {
+            field: raw.field,
+            keys,
+            before: raw.before,
+            after: raw.after,
+        })
+    }
+}
+
+/// What one active rule changed: its endpoint and the fields it set there. A revert undoes
+/// it; it is what the center keeps of each firing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Firing {
+    /// The rule's name.
+    pub rule: String,
+    /// The endpoint whose policy it changed.
+    pub endpoint: String,
+    /// The fields it changed, with their values before and after.
+    pub edits: Vec<FieldEdit>,
 }
 
 /// What a revert did with one field.
@@ -106,6 +173,27 @@ pub enum RevertedField {
         /// The value found now.
         now: Option<Value>,
     },
+    /// Left as another rule, still active, set it over this rule's value; that rule now
+    /// holds this rule's value before, and restores it when it reverts.
+    HandedOver {
+        /// The edit the firing made.
+        edit: FieldEdit,
+        /// The rule that holds it now.
+        to: String,
+    },
+}
+
+/// What [`revert`] decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reverted {
+    /// The policy with the fields restored; `None` when nothing is left to restore (the
+    /// endpoint is gone, or every field was changed since).
+    pub file: Option<PolicyFile>,
+    /// What was done with each field of the firing.
+    pub fields: Vec<RevertedField>,
+    /// The other rules' firings that took over a value before, as they now stand (only
+    /// those that changed).
+    pub handed: Vec<Firing>,
 }
 
 /// `file` with `actions` applied to `endpoint`, and the fields that changed (an action that
@@ -145,44 +233,89 @@ pub fn apply(
     Ok((replace(file, endpoint, new), edits))
 }
 
-/// `file` with the `edits` of a firing undone on `endpoint` where the field still holds the
-/// value the firing set, and what was done with each field. `Ok(None)` when there is
-/// nothing left to undo (the endpoint is gone, or every field was changed since).
+/// `file` with `firing` undone where each field still holds the value the firing set, and
+/// what was done with each field.
+///
+/// A field that holds another value was set since by someone else. If one of `active` (the
+/// other rules that are active now, oldest firing first) overrode this rule's value on the
+/// same endpoint (its value before is this rule's value after), it takes over this rule's
+/// value before ([`RevertedField::HandedOver`]), and [`Reverted::handed`] holds its firing
+/// as it now stands; otherwise the newer value is a person's and is kept.
 pub fn revert(
     file: &PolicyFile,
-    endpoint: &str,
-    edits: &[FieldEdit],
-) -> Result<(Option<PolicyFile>, Vec<RevertedField>), PolicyError> {
-    let at = FieldPath::endpoint(endpoint);
-    let Some(policy) = file.endpoint(endpoint) else {
-        let kept = edits
-            .iter()
-            .map(|edit| RevertedField::Kept {
-                edit: edit.clone(),
-                now: None,
-            })
-            .collect();
-        return Ok((None, kept));
-    };
+    firing: &Firing,
+    active: &[Firing],
+) -> Result<Reverted, PolicyError> {
+    let at = FieldPath::endpoint(&firing.endpoint);
+    let mut handed: Vec<Firing> = Vec::new();
     let mut restore = Vec::new();
-    let mut report = Vec::new();
-    for edit in edits {
-        let now = policy.file_value(edit.keys);
-        if now == edit.after {
+    let mut fields = Vec::new();
+    let policy = file.endpoint(&firing.endpoint);
+    for edit in &firing.edits {
+        let now = policy.and_then(|p| p.file_value(edit.keys));
+        if policy.is_some() && now == edit.after {
             restore.push((edit.keys, edit.before.clone()));
-            report.push(RevertedField::Restored(edit.clone()));
-        } else {
-            report.push(RevertedField::Kept {
+            fields.push(RevertedField::Restored(edit.clone()));
+            continue;
+        }
+        match hand_over(firing, edit, active, &mut handed) {
+            Some(to) => fields.push(RevertedField::HandedOver {
+                edit: edit.clone(),
+                to,
+            }),
+            None => fields.push(RevertedField::Kept {
                 edit: edit.clone(),
                 now,
-            });
+            }),
         }
     }
-    if restore.is_empty() {
-        return Ok((None, report));
+    let file = match policy {
+        Some(policy) if !restore.is_empty() => {
+            let new = policy.with_file_values(&restore, &at)?;
+            Some(replace(file, &firing.endpoint, new))
+        }
+        _ => None,
+    };
+    Ok(Reverted {
+        file,
+        fields,
+        handed,
+    })
+}
+
+/// Hands `edit`'s value before to the oldest of `active` that overrode it (its value before
+/// on that field is `edit`'s after, or already `edit`'s before: handing over twice changes
+/// nothing), recording the new firing in `handed`; the name of the rule that took it.
+fn hand_over(
+    firing: &Firing,
+    edit: &FieldEdit,
+    active: &[Firing],
+    handed: &mut Vec<Firing>,
+) -> Option<String> {
+    let heir = active.iter().find(|other| {
+        other.rule != firing.rule
+            && other.endpoint == firing.endpoint
+            && other.edits.iter().any(|e| {
+                e.field == edit.field && (e.before == edit.after || e.before == edit.before)
+            })
+    })?;
+    let index = match handed.iter().position(|h| h.rule == heir.rule) {
+        Some(index) => index,
+        None => {
+            handed.push(heir.clone());
+            handed.len() - 1
+        }
+    };
+    for e in &mut handed[index].edits {
+        if e.field == edit.field {
+            e.before.clone_from(&edit.before);
+        }
     }
-    let new = policy.with_file_values(&restore, &at)?;
-    Ok((Some(replace(file, endpoint, new)), report))
+    if handed[index] == *heir {
+        // It held that value already.
+        handed.remove(index);
+    }
+    Some(heir.rule.clone())
 }
 
 fn endpoint_policy<'a>(

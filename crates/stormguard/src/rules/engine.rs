@@ -4,7 +4,10 @@
 //! instant they belong to, so the same decisions come out of a test that steps a manual
 //! clock, a simulation, and the center's collector loop. Publishing is not its business
 //! either: it says *fire* or *revert*, the caller publishes, and tells it with
-//! [`RuleEngine::undo`] when that failed.
+//! [`RuleEngine::undo`] when that failed. Nor does it remember across processes: the caller
+//! keeps a record of each firing and, when it starts over, tells the engine which rules are
+//! fired with [`RuleEngine::restore`] (the changes of the last hour that count toward the
+//! cap are not restored: a restart may allow that many more).
 //!
 //! Each rule is in one of three phases. **Idle**: the condition does not hold. **Pending**:
 //! it holds, since some instant; after `for` the rule fires. **Active**: it fired; once the
@@ -126,10 +129,12 @@ impl RuleEngine {
     }
 
     /// Replaces the rules. A rule whose definition is unchanged keeps its phase. A rule
-    /// changed while it had fired stays fired (its change is still in the policy, and only
-    /// a revert takes it out), and reverts by its new exit condition; a changed rule that was
-    /// pending starts over, as does a new one. A removed rule is forgotten: what it changed
-    /// stays in the policy until someone changes it.
+    /// changed while it had fired stays fired if it still changes the same thing the same
+    /// way ([`Rule::acts_like`]: its change is still in the policy, and only a revert takes
+    /// it out), and reverts by its new exit condition; otherwise it starts idle: whoever
+    /// edited it reverts its change first (the center does, before storing the edit). A
+    /// changed rule that was pending starts over, as does a new one. A removed rule is
+    /// forgotten (the center reverts a fired rule before deleting it).
     pub fn set_rules(&mut self, rules: Vec<Rule>, max_changes_per_hour: u32) {
         let mut old = std::mem::take(&mut self.states);
         self.states = rules
@@ -137,7 +142,10 @@ impl RuleEngine {
             .map(
                 |rule| match old.iter().position(|s| s.rule.name == rule.name) {
                     Some(i) if old[i].rule == rule => old.swap_remove(i),
-                    Some(i) if matches!(old[i].phase, Phase::Active { .. }) => {
+                    Some(i)
+                        if matches!(old[i].phase, Phase::Active { .. })
+                            && old[i].rule.acts_like(&rule) =>
+                    {
                         let phase = old.swap_remove(i).phase;
                         State {
                             rule,
@@ -166,6 +174,36 @@ impl RuleEngine {
         self.states
             .iter()
             .any(|s| s.rule.name == name && matches!(s.phase, Phase::Active { .. }))
+    }
+
+    /// Sets where the rule named `name` stands from what it last published: fired at `fired`
+    /// and not reverted since (`Some`), or not fired (`None`). A process that starts over
+    /// rules that fired in an earlier one calls it, so that they revert when their
+    /// condition clears; so does one whose rules were changed by someone else. A rule
+    /// restored as fired counts the revert it owes against the hourly cap; one already
+    /// fired keeps its own instants; one restored as not fired that was fired becomes idle
+    /// (pending and idle rules stay as they are). Dry-run rules publish nothing and are left
+    /// alone.
+    pub fn restore(&mut self, name: &str, fired: Option<Instant>) {
+        let Some(state) = self
+            .states
+            .iter_mut()
+            .find(|s| s.rule.name == name && !s.rule.dry_run)
+        else {
+            return;
+        };
+        let phase = match (fired, state.phase) {
+            (Some(_), Phase::Active { .. }) | (None, Phase::Idle | Phase::Pending { .. }) => {
+                return;
+            }
+            (Some(fired), _) => Phase::Active {
+                fired,
+                clearing: None,
+            },
+            (None, Phase::Active { .. }) => Phase::Idle,
+        };
+        state.phase = phase;
+        state.before = phase;
     }
 
     /// What every rule does at `now`, given what was observed then. `now` should not go

@@ -48,6 +48,13 @@
 //! What to do at each instant is decided by [`RuleEngine`], a pure state machine over
 //! observations and an instant given by the caller; applying an action to a policy and
 //! undoing it is [`apply`] and [`revert`]. Publishing is the policy center's business.
+//!
+//! **Edits and deletions.** Editing a fired rule so that it changes something else (another
+//! endpoint, other actions) or nothing (dry run on) would strand its change: nothing would
+//! ever take it back. So such an edit, and deleting a fired rule, first reverts what the
+//! rule changed, and the edited rule starts idle; an edit that keeps what the rule changes
+//! ([`Rule::acts_like`]: only thresholds or durations differ) leaves it fired, and it reverts
+//! by its new exit condition.
 
 mod action;
 mod condition;
@@ -61,7 +68,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-pub use action::{Action, FieldEdit, RevertedField, TimeoutField, apply, revert};
+pub use action::{Action, FieldEdit, Firing, Reverted, RevertedField, TimeoutField, apply, revert};
 pub use condition::{Condition, Direction, Threshold};
 pub use engine::{Decision, RuleEngine, Verdict};
 pub use observe::{Observations, Series};
@@ -113,6 +120,17 @@ impl Rule {
     pub fn from_json(text: &str) -> Result<Rule, PolicyError> {
         let raw: RawRule = parse(text, Format::Json)?;
         raw.check(&crate::policy::FieldPath::root(""))
+    }
+
+    /// Whether `other` changes the same thing the same way: the same service, endpoint,
+    /// actions, and dry run. An edit that keeps this (a new threshold, a longer `for`)
+    /// leaves a fired rule fired; one that does not first reverts what the rule changed
+    /// (see [`RuleEngine::set_rules`]).
+    pub fn acts_like(&self, other: &Rule) -> bool {
+        self.service == other.service
+            && self.endpoint == other.endpoint
+            && self.actions == other.actions
+            && self.dry_run == other.dry_run
     }
 
     /// The rule as JSON, in the shape [`Rule::from_json`] reads back.

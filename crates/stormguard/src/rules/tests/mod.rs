@@ -3,7 +3,9 @@
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::policy::{Fallback, PolicyError, PolicyFile};
+
+mod revert;
+use crate::policy::PolicyError;
 
 const EP: &str = "GET /img/*";
 
@@ -382,88 +384,6 @@ fn missing_series_neither_fire_nor_revert() {
     );
 }
 
-const POLICY: &str = r#"
-[endpoints."GET /img/*"]
-idempotency = "idempotent"
-retry = { max_attempts = 3 }
-timeouts = { per_try = "300ms", overall = "1s" }
-"#;
-
-#[test]
-fn apply_then_revert_restores_the_old_values() {
-    let file = PolicyFile::from_toml(POLICY).unwrap();
-    let actions = [Action::Attempts(1), Action::Fallback(Fallback::Always)];
-    let (fired, edits) = apply(&file, EP, &actions).unwrap();
-    let policy = fired.endpoint(EP).unwrap();
-    assert_eq!(policy.retry().max_attempts(), 1);
-    assert_eq!(policy.fallback(), Fallback::Always);
-    assert_eq!(edits.len(), 2);
-    let (back, report) = revert(&fired, EP, &edits).unwrap();
-    assert_eq!(back.unwrap(), file);
-    assert!(
-        report
-            .iter()
-            .all(|r| matches!(r, RevertedField::Restored(_)))
-    );
-}
-
-#[test]
-fn a_revert_keeps_human_edits_made_in_between() {
-    let file = PolicyFile::from_toml(POLICY).unwrap();
-    let actions = [Action::Attempts(1), Action::Fallback(Fallback::Always)];
-    let (fired, edits) = apply(&file, EP, &actions).unwrap();
-    // Someone loosens the overall timeout (another field) and sets attempts to 2 (the same
-    // field) while the rule is active.
-    let human = PolicyFile::from_toml(
-        &fired
-            .to_toml()
-            .replace("overall = \"1s\"", "overall = \"3s\"")
-            .replace("max_attempts = 1", "max_attempts = 2"),
-    )
-    .unwrap();
-    assert_eq!(human.endpoint(EP).unwrap().overall_timeout(), Some(secs(3)));
-    let (back, report) = revert(&human, EP, &edits).unwrap();
-    let back = back.unwrap();
-    let policy = back.endpoint(EP).unwrap();
-    assert_eq!(
-        policy.overall_timeout(),
-        Some(secs(3)),
-        "the other field's edit stays"
-    );
-    assert_eq!(
-        policy.retry().max_attempts(),
-        2,
-        "the same field's newer value stays"
-    );
-    assert_eq!(
-        policy.fallback(),
-        Fallback::OnGiveUp,
-        "the untouched rule field is restored"
-    );
-    assert!(
-        matches!(&report[0], RevertedField::Kept { edit, .. } if edit.field == "retry.max_attempts")
-    );
-    assert!(matches!(&report[1], RevertedField::Restored(edit) if edit.field == "fallback"));
-}
-
-#[test]
-fn an_action_that_breaks_the_policy_is_refused_with_the_field() {
-    let file = PolicyFile::from_toml(POLICY).unwrap();
-    // per_try 300ms is longer than an overall timeout of 100ms.
-    let err = apply(
-        &file,
-        EP,
-        &[Action::Timeout(
-            TimeoutField::Overall,
-            Duration::from_millis(100),
-        )],
-    )
-    .unwrap_err();
-    assert!(error_field(err).starts_with(r#"endpoints."GET /img/*".timeouts"#));
-    let err = apply(&file, "GET /nope", &[Action::Attempts(1)]).unwrap_err();
-    assert_eq!(error_field(err), r#"endpoints."GET /nope""#);
-}
-
 #[test]
 fn a_rule_changed_while_fired_stays_fired_and_reverts_by_its_new_condition() {
     let set = one_rule("0s", "0s", "");
@@ -527,53 +447,57 @@ mod props {
 }
 
 #[test]
-fn apply_and_revert_keep_an_endpoints_windows() {
-    let text = format!(
-        "{POLICY}[[endpoints.\"GET /img/*\".windows]]\nstart = \"03:00\"\nend = \"04:00\"\ntime_zone = \"UTC\"\noverrides = {{ timeouts = {{ overall = \"5s\" }} }}\n"
-    );
-    let file = PolicyFile::from_toml(&text).unwrap();
-    let (fired, edits) = apply(&file, EP, &[Action::Attempts(1)]).unwrap();
-    let again = PolicyFile::from_toml(&fired.to_toml()).unwrap();
-    assert_eq!(
-        again, fired,
-        "the fired policy reads back, windows included"
-    );
-    assert!(fired.to_toml().contains("03:00"));
-    let (back, _) = revert(&fired, EP, &edits).unwrap();
-    assert_eq!(back.unwrap(), file);
+fn an_edit_that_changes_what_a_fired_rule_does_starts_it_idle() {
+    let base = one_rule("0s", "0s", "").rules;
+    let t0 = Instant::now();
+    type Edit = (&'static str, fn(&mut Rule));
+    let edits: [Edit; 3] = [
+        ("dry run on", |r| r.dry_run = true),
+        ("another endpoint", |r| r.endpoint = "GET /other".to_owned()),
+        ("other actions", |r| r.actions = vec![Action::Attempts(2)]),
+    ];
+    for (what, edit) in edits {
+        let mut engine = RuleEngine::new(base.clone(), 6);
+        assert_eq!(engine.decide(&seen(0.5), t0)[0].verdict, Verdict::Fire);
+        let mut changed = base.clone();
+        edit(&mut changed[0]);
+        assert!(!changed[0].acts_like(&base[0]), "{what}");
+        engine.set_rules(changed, 6);
+        assert!(!engine.is_active("cdn-504"), "{what}: idle after the edit");
+    }
 }
 
 #[test]
-fn a_rule_holds_the_breaker_open_and_its_revert_lets_go() {
-    let set = rules(
-        r#"
-        [[rules]]
-        name = "cdn-down"
-        service = "web"
-        endpoint = "GET /img/*"
-        when = { series = "error_ratio", code = 504, above = 0.5, exit_below = 0.02 }
-        actions = [{ set = "breaker", isolated = true }]
-        "#,
+fn a_restored_rule_reverts_and_owes_its_revert_to_the_cap() {
+    let set = one_rule("0s", "20s", "min_hold = \"1m\"");
+    let t0 = Instant::now();
+    let mut engine = RuleEngine::new(set.rules.clone(), 2);
+    // Fired 50 s before a restart: min_hold counts from then, not from the restart.
+    engine.restore("cdn-504", Some(t0));
+    assert!(engine.is_active("cdn-504"));
+    let at = |s: u64| t0 + secs(50 + s);
+    assert_eq!(engine.decide(&seen(0.0), at(0))[0].verdict, Verdict::Hold);
+    assert_eq!(
+        engine.decide(&seen(0.0), at(20))[0].verdict,
+        Verdict::Revert
     );
-    assert_eq!(set.rules[0].actions, vec![Action::IsolateBreaker(true)]);
-
-    let with_breaker = format!("{POLICY}breaker = {{ count = 20 }}\n");
-    let file = PolicyFile::from_toml(&with_breaker).unwrap();
-    let (fired, edits) = apply(&file, EP, &set.rules[0].actions).unwrap();
-    assert!(fired.endpoint(EP).unwrap().breaker_isolated());
-    assert_eq!(edits.len(), 1);
-    assert_eq!(edits[0].field, "breaker.isolated");
-    assert_eq!(edits[0].before, None);
-    let (back, _) = revert(&fired, EP, &edits).unwrap();
-    assert_eq!(back.unwrap(), file, "the revert lets the breaker go");
-
-    // Without a breaker there is nothing to hold open: refused, naming the field.
-    let bare = PolicyFile::from_toml(POLICY).unwrap();
-    match apply(&bare, EP, &set.rules[0].actions) {
-        Err(PolicyError::Invalid { field, rule, .. }) => {
-            assert_eq!(field, "endpoints.\"GET /img/*\".breaker.isolated");
-            assert!(rule.contains("no breaker"), "{rule}");
-        }
-        other => panic!("expected a refusal, got {other:?}"),
-    }
+    // Restoring as not fired makes a fired rule idle.
+    let mut engine = RuleEngine::new(set.rules, 2);
+    engine.restore("cdn-504", Some(t0));
+    engine.restore("cdn-504", None);
+    assert!(!engine.is_active("cdn-504"));
+    // A cap of 2 leaves room for one firing and its revert: the restored rule's revert is
+    // owed, so no other firing fits.
+    let two = rules(&format!(
+        "{}\n{}",
+        one_rule_text("0s", "0s", "").replace("= 6", "= 2"),
+        one_rule_text("0s", "0s", "")
+            .replace("max_changes_per_hour = 6", "")
+            .replace("cdn-504", "other")
+    ));
+    let mut engine = RuleEngine::new(two.rules, 2);
+    engine.restore("cdn-504", Some(t0));
+    let decisions = engine.decide(&seen(0.5), t0);
+    assert_eq!(decisions[0].verdict, Verdict::Hold);
+    assert_eq!(decisions[1].verdict, Verdict::Capped);
 }
