@@ -299,8 +299,8 @@ pub(crate) async fn publish(
 #[derive(Debug, Deserialize)]
 pub(crate) struct StepForm {
     csrf: String,
-    /// The canary the page showed.
-    version: u64,
+    /// The canary the page showed (a page served before the field existed has none).
+    version: Option<u64>,
 }
 
 pub(crate) async fn canary_step(
@@ -318,14 +318,6 @@ pub(crate) async fn canary_step(
             return Err(ApiError::NotFound(format!("no canary step {other:?}")).into());
         }
     };
-    end_canary_as(
-        &center,
-        &signed.caller,
-        &service,
-        "",
-        promote,
-        Some(form.version),
-    )
-    .await?;
+    end_canary_as(&center, &signed.caller, &service, "", promote, form.version).await?;
     Ok(Redirect::to(&Tab::Overview.href(&service)).into_response())
 }

@@ -88,7 +88,8 @@ fn cookie_token(headers: &HeaderMap) -> Option<&str> {
 /// Refuses a request whose `Origin` names a host other than the one it was sent to.
 ///
 /// The host it was sent to is `Host`, or, behind a reverse proxy that rewrites `Host` to
-/// the center's own address (nginx's default), the `X-Forwarded-Host` the proxy adds. A
+/// the center's own address (nginx's default), the `X-Forwarded-Host` the proxy is set to
+/// add (`proxy_set_header X-Forwarded-Host $host;` in nginx). A
 /// page on another site cannot forge either: a form cannot set headers, and a script that
 /// sets one needs a CORS preflight the center never answers.
 fn same_origin(headers: &HeaderMap) -> Result<(), Failure> {

@@ -20,9 +20,9 @@
 //! moment every client runs the fired version until the look ends, virtual time stands
 //! still (no user request starts, the collector does not scrape, no timeout fires) while
 //! the sockets still work, so the center answers the browser from its state at that
-//! instant. The look is started by the task that sees the last client apply the version,
-//! in the same poll, so the clock cannot move in between (it moves only when no task is
-//! ready). The browser itself runs in real time on a runtime of its own inside that
+//! instant. The look is started as soon as the last client applies the version: the task
+//! that waits for it is woken by that apply and queued at once, so the clock cannot move in
+//! between (it moves only when no task is ready). The browser itself runs in real time on a runtime of its own inside that
 //! blocking task: the harness's waits (fantoccini polls on tokio's clock) would never end
 //! on the frozen one.
 //!

@@ -240,6 +240,11 @@ impl WaitQueue {
         drop(state);
         if let Some((ticket, outcome)) = slot {
             release(limiter, ticket, now, outcome);
+            // Every waiter had gone; one that joined after the lock was dropped (and found
+            // the slot not yet released) must not wait for the next one.
+            if self.len_hint.load(Ordering::SeqCst) > 0 {
+                self.admit(limiter, None, now);
+            }
         }
     }
 
