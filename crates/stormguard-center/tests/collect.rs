@@ -3,7 +3,8 @@
 //! operator), the collector reads them at instants the test chooses (an injected clock: no
 //! sleeps, no timers), and the rule fires on the increases and reverts when they clear;
 //! the rounds are in the center's history; a page that is not the exposition format fails
-//! that instance only, naming the line; a bad metrics URL refuses the watch.
+//! that instance only, naming the line; a bad metrics URL refuses the watch; a target slow
+//! to answer has its rates over the time until its page was read.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::routing::get;
 use serde_json::json;
+use stormguard::clock::ManualClock;
 use stormguard::rules::{Series, Verdict};
 use stormguard_center::{CollectConfig, Collector, RuleRunner};
 use stormguard_tower::client::{CenterWatch, CenterWatchConfig};
@@ -23,15 +25,20 @@ use support::{TestCenter, attempts, client_stack};
 #[derive(Clone, Default)]
 struct Instance {
     page: Arc<Mutex<String>>,
+    /// Moved forward by this much while the page is served: a slow target.
+    slow: Arc<Mutex<Option<(ManualClock, Duration)>>>,
 }
 
 impl Instance {
     /// Serves the page on 127.0.0.1; returns its URL.
     async fn serve(&self) -> String {
-        let page = self.page.clone();
+        let (page, slow) = (self.page.clone(), self.slow.clone());
         let router = Router::new().route(
             "/metrics",
             get(move || {
+                if let Some((clock, by)) = slow.lock().unwrap().take() {
+                    clock.advance(by);
+                }
                 let page = page.clone();
                 async move { page.lock().unwrap().clone() }
             }),
@@ -74,7 +81,8 @@ fn rule() -> serde_json::Value {
     })
 }
 
-async fn setup() -> (TestCenter, Collector) {
+/// The center, its collector and the clock that stamps its scrapes.
+async fn setup() -> (TestCenter, Collector, ManualClock) {
     let center = TestCenter::sqlite().await;
     let editor = center.api(&center.editor);
     assert_eq!(editor.publish("web", 0, &attempts(3)).await.0, 201);
@@ -87,8 +95,20 @@ async fn setup() -> (TestCenter, Collector) {
         .await;
     assert_eq!(status, 204);
     let runner = Arc::new(RuleRunner::new(center.center.clone(), 6));
-    let collector = Collector::new(center.center.clone(), runner, CollectConfig::default());
-    (center, collector)
+    let clock = ManualClock::new();
+    let config = CollectConfig {
+        clock: clock.clock(),
+        ..CollectConfig::default()
+    };
+    let collector = Collector::new(center.center.clone(), runner, config);
+    (center, collector, clock)
+}
+
+/// `clock` moved to `seconds` after its origin; that instant.
+fn at(clock: &ManualClock, seconds: u64) -> Instant {
+    let to = Duration::from_secs(seconds);
+    clock.advance(to.saturating_sub(clock.elapsed()));
+    clock.origin() + to
 }
 
 /// A real watch of `web` announcing `metrics`, open once it has applied version 1.
@@ -105,7 +125,7 @@ async fn watch(center: &TestCenter, instance: &str, metrics: &str) -> CenterWatc
 
 #[tokio::test]
 async fn scraped_increases_fire_the_rule_and_its_revert() {
-    let (center, collector) = setup().await;
+    let (center, collector, clock) = setup().await;
     let (one, two) = (Instance::default(), Instance::default());
     one.set(100, 0);
     two.set(50, 0);
@@ -119,8 +139,7 @@ async fn scraped_increases_fire_the_rule_and_its_revert() {
         .unwrap();
     assert_eq!(center.center.scrape_targets().of("web").len(), 2);
 
-    let t0 = Instant::now();
-    let at = |s: u64| t0 + Duration::from_secs(s);
+    let at = |s: u64| at(&clock, s);
     // The first scrape is a baseline: no rates yet.
     let first = collector.round(at(0)).await;
     let round = first[0].round.clone().unwrap();
@@ -201,8 +220,29 @@ async fn scraped_increases_fire_the_rule_and_its_revert() {
 }
 
 #[tokio::test]
+async fn a_slow_target_is_read_over_the_time_until_its_page_was_read() {
+    let (center, collector, clock) = setup().await;
+    let slow = Instance::default();
+    slow.set(0, 0);
+    let url = slow.serve().await;
+    center
+        .center
+        .scrape_targets()
+        .add_static("web", "slow", &url)
+        .unwrap();
+    collector.round(at(&clock, 0)).await;
+    // The round starts at 1 s; the page is read a second later, 20 calls since the first.
+    slow.set(20, 0);
+    *slow.slow.lock().unwrap() = Some((clock.clone(), Duration::from_secs(1)));
+    let rounds = collector.round(at(&clock, 1)).await;
+    let round = rounds[0].round.clone().unwrap();
+    assert_eq!(round.window_seconds, 2.0);
+    assert_eq!(round.endpoints["default"].requests_per_second, 10.0);
+}
+
+#[tokio::test]
 async fn a_page_that_is_not_the_exposition_format_fails_its_instance_only() {
-    let (center, collector) = setup().await;
+    let (center, collector, _) = setup().await;
     let (good, bad) = (Instance::default(), Instance::default());
     good.set(10, 0);
     *bad.page.lock().unwrap() = "ok 1\n<html>oops</html>\n".to_owned();
@@ -255,7 +295,7 @@ async fn a_prometheus_that_cannot_be_read_is_a_typed_error_and_changes_nothing()
     use stormguard_center::collect::PromqlError;
     use stormguard_center::{PrometheusSource, Source};
 
-    let (center, _) = setup().await;
+    let (center, _, _) = setup().await;
     // A server that answers every path, /api/v1/query too, with a page.
     let router = Router::new().fallback(get(|| async { "<html>no</html>" }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -7,12 +7,19 @@
 //! service's instances by endpoint. Which series are a service's is a label selector
 //! written by the operator, `{service}` replaced by the service's name (`job="{service}"`
 //! by default). The numbers then become a round exactly as the scrape path's do.
+//!
+//! Every query of a round is evaluated at the same instant (the API's `time`): a ratio
+//! made of two queries evaluated a moment apart could compare different windows. CPU is
+//! each instance's `rate(process_cpu_seconds_total)` divided by its
+//! `process_cpu_allowance_cores`, the largest of the instances'.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
-use stormguard_tower::metric_names::{ATTEMPT_DURATION, ATTEMPTS, REQUESTS, RESPONSES};
+use stormguard_tower::metric_names::{
+    ATTEMPT_DURATION, ATTEMPTS, CPU_ALLOWANCE, REQUESTS, RESPONSES,
+};
 
 use super::counters::{PROCESS_CPU, PROCESS_MEMORY, PROCESS_THREADS};
 use super::exposition::parse_value;
@@ -130,30 +137,35 @@ impl Promql {
         format!("{{{}}}", parts.join(","))
     }
 
-    /// `service`'s reading and how many instances it came from.
-    pub(crate) async fn read(&self, service: &str) -> Result<(Reading, usize), PromqlError> {
+    /// `service`'s reading at `at_ms` (milliseconds since the Unix epoch) and how many
+    /// instances it came from.
+    pub(crate) async fn read(
+        &self,
+        service: &str,
+        at_ms: i64,
+    ) -> Result<(Reading, usize), PromqlError> {
         let w = format!("{}ms", self.source.window.as_millis().max(1));
         let s = |extra: &str| self.select(service, extra);
         let rate = |name: &str, extra: &str| format!("rate({name}{}[{w}])", s(extra));
         let mut reading = Reading::default();
         for (row, value) in self
-            .query(&format!("sum by (endpoint) ({})", rate(REQUESTS, "")))
+            .query(at_ms, &format!("sum by (endpoint) ({})", rate(REQUESTS, "")))
             .await?
         {
             entry(&mut reading, &row).requests = value;
         }
         let failed = rate(REQUESTS, "outcome!=\"succeeded\"");
-        for (row, value) in self.query(&format!("sum by (endpoint) ({failed})")).await? {
+        for (row, value) in self.query(at_ms, &format!("sum by (endpoint) ({failed})")).await? {
             entry(&mut reading, &row).failed = value;
         }
         for (row, value) in self
-            .query(&format!("sum by (endpoint) ({})", rate(ATTEMPTS, "")))
+            .query(at_ms, &format!("sum by (endpoint) ({})", rate(ATTEMPTS, "")))
             .await?
         {
             entry(&mut reading, &row).attempts = value;
         }
         for (row, value) in self
-            .query(&format!(
+            .query(at_ms, &format!(
                 "sum by (endpoint, code) ({})",
                 rate(RESPONSES, "")
             ))
@@ -165,7 +177,7 @@ impl Promql {
         let buckets = rate(&format!("{ATTEMPT_DURATION}_bucket"), "");
         let p99 = format!("histogram_quantile(0.99, sum by (endpoint, le) ({buckets}))");
         let mut measured = Vec::new();
-        for (row, value) in self.query(&p99).await? {
+        for (row, value) in self.query(at_ms, &p99).await? {
             if value.is_finite() {
                 entry(&mut reading, &row).p99 = Some(value);
                 measured.push(row.get("endpoint").cloned().unwrap_or_default());
@@ -175,44 +187,50 @@ impl Promql {
             "max by (endpoint) ({ATTEMPT_DURATION}{})",
             s("quantile=\"0.99\"")
         );
-        for (row, value) in self.query(&summary).await? {
+        for (row, value) in self.query(at_ms, &summary).await? {
             let endpoint = row.get("endpoint").cloned().unwrap_or_default();
             if value.is_finite() && !measured.contains(&endpoint) {
                 entry(&mut reading, &row).p99 = Some(value);
             }
         }
         reading.cpu = self
-            .scalar(&format!("max({})", rate(PROCESS_CPU, "")))
+            .scalar(at_ms, &format!(
+                "max({} / {CPU_ALLOWANCE}{})",
+                rate(PROCESS_CPU, ""),
+                s("")
+            ))
             .await?;
         reading.memory = self
-            .scalar(&format!("max({PROCESS_MEMORY}{})", s("")))
+            .scalar(at_ms, &format!("max({PROCESS_MEMORY}{})", s("")))
             .await?;
         reading.threads = self
-            .scalar(&format!("max({PROCESS_THREADS}{})", s("")))
+            .scalar(at_ms, &format!("max({PROCESS_THREADS}{})", s("")))
             .await?;
         let names = format!("__name__=~\"{REQUESTS}|{ATTEMPTS}|{PROCESS_CPU}\"");
         let instances = self
-            .scalar(&format!("count(count by (instance) ({}))", s(&names)))
+            .scalar(at_ms, &format!("count(count by (instance) ({}))", s(&names)))
             .await?
             .unwrap_or(0.0);
         Ok((reading, instances as usize))
     }
 
-    async fn scalar(&self, query: &str) -> Result<Option<f64>, PromqlError> {
+    async fn scalar(&self, at_ms: i64, query: &str) -> Result<Option<f64>, PromqlError> {
         Ok(self
-            .query(query)
+            .query(at_ms, query)
             .await?
             .into_iter()
             .map(|(_, v)| v)
             .find(|v| v.is_finite()))
     }
 
-    /// The instant vector `query` evaluates to now: each sample's labels and value.
+    /// The instant vector `query` evaluates to at `at_ms`: each sample's labels and value.
     async fn query(
         &self,
+        at_ms: i64,
         query: &str,
     ) -> Result<Vec<(BTreeMap<String, String>, f64)>, PromqlError> {
         let url = format!("{}/api/v1/query", self.source.url);
+        let time = unix_seconds(at_ms);
         let unreachable = |what: String| PromqlError::Unreachable {
             url: url.clone(),
             what,
@@ -220,7 +238,7 @@ impl Promql {
         let response = self
             .client
             .get(&url)
-            .query(&[("query", query)])
+            .query(&[("query", query), ("time", time.as_str())])
             .send()
             .await
             .map_err(|e| {
@@ -264,6 +282,11 @@ impl Promql {
             })
             .collect()
     }
+}
+
+/// `ms` since the Unix epoch as the API's seconds, to the millisecond.
+fn unix_seconds(ms: i64) -> String {
+    format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000))
 }
 
 fn entry<'a>(reading: &'a mut Reading, row: &BTreeMap<String, String>) -> &'a mut EndpointRates {

@@ -86,6 +86,7 @@ fn healthy_history(center: &stormguard_center::Center) {
                 threads: None,
                 instances: 1,
                 failures: Vec::new(),
+                dropped_endpoints: 0,
             },
         );
     }
