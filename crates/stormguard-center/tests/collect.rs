@@ -322,3 +322,47 @@ async fn a_prometheus_that_cannot_be_read_is_a_typed_error_and_changes_nothing()
     }
     assert!(center.center.metric_history().rounds("web").is_empty());
 }
+
+#[tokio::test]
+async fn every_query_of_a_promql_round_is_evaluated_at_one_instant() {
+    use axum::extract::Query;
+    use std::collections::HashMap;
+    use stormguard_center::{PrometheusSource, Source};
+
+    let (center, _, _) = setup().await;
+    // A Prometheus stand-in that records each query and its `time`, answering an empty
+    // vector.
+    let seen: Arc<Mutex<Vec<HashMap<String, String>>>> = Arc::default();
+    let record = seen.clone();
+    let router = Router::new().route(
+        "/api/v1/query",
+        get(move |Query(params): Query<HashMap<String, String>>| {
+            record.lock().unwrap().push(params);
+            async { r#"{"status":"success","data":{"resultType":"vector","result":[]}}"# }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let runner = Arc::new(RuleRunner::new(center.center.clone(), 6));
+    let config = CollectConfig {
+        source: Source::Prometheus(PrometheusSource::new(&url)),
+        ..CollectConfig::default()
+    };
+    let collector = Collector::new(center.center.clone(), runner, config);
+    let rounds = collector.round(Instant::now()).await;
+    let round = rounds[0].round.clone().unwrap();
+    let seen = seen.lock().unwrap();
+    assert!(seen.len() > 5, "{seen:?}");
+    let times: Vec<&str> = seen.iter().map(|q| q["time"].as_str()).collect();
+    assert!(times.iter().all(|t| *t == times[0]), "{times:?}");
+    // The round is stamped with that instant, in milliseconds.
+    let time: f64 = times[0].parse().unwrap();
+    assert_eq!((time * 1000.0).round() as i64, round.at_ms);
+    // CPU is a fraction of each instance's allowance.
+    assert!(
+        seen.iter()
+            .any(|q| q["query"].contains("/ process_cpu_allowance_cores{")),
+        "{seen:?}"
+    );
+}
