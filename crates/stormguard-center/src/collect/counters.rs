@@ -16,11 +16,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use stormguard::advise::prometheus::Histogram;
+use stormguard::advise::prometheus::exposition::{Sample, parse_value};
 use stormguard_tower::metric_names::{
     ATTEMPT_DURATION, ATTEMPTS, CPU_ALLOWANCE, REQUESTS, RESPONSES,
 };
 
-use super::exposition::{Sample, parse_value};
 use super::reading::{Reading, combine};
 
 /// The process collector's names (Prometheus client conventions), read where exposed.

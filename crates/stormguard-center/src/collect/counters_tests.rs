@@ -3,7 +3,7 @@
 use stormguard::rules::Series;
 
 use super::*;
-use crate::collect::exposition::parse;
+use stormguard::advise::prometheus::exposition::parse;
 
 fn counters(text: &str) -> Counters {
     Counters::read(&parse(text).unwrap())

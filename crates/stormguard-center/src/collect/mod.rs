@@ -11,7 +11,8 @@
 //!
 //! - **Scrape** (the default, nothing else to run): each instance listed in the center's
 //!   [`ScrapeTargets`] — announced by the instance with its watch, or listed by the operator —
-//!   is read at its `/metrics` (the Prometheus text format, read by [`exposition`]); the
+//!   is read at its `/metrics` (the Prometheus text format, read by
+//!   [`stormguard::advise::prometheus::exposition`]); the
 //!   increase of each counter since the instance's previous scrape, over the time between
 //!   the two, is its rate. An instance's first scrape is a baseline only.
 //! - **PromQL** ([`PrometheusSource`]): the same rates from a Prometheus server that scrapes
@@ -41,8 +42,6 @@
 //! [`MAX_CONCURRENT_SCRAPES`] scrapes and [`MAX_CONCURRENT_SERVICES`] services in flight,
 //! [`MAX_SCRAPE_BYTES`] per page, [`MAX_ENDPOINTS`] endpoints kept per instance and round
 //! (the others counted in [`Round::dropped_endpoints`]).
-
-pub mod exposition;
 
 mod counters;
 mod history;

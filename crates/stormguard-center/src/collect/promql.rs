@@ -13,16 +13,14 @@
 //! each instance's `rate(process_cpu_seconds_total)` divided by its
 //! `process_cpu_allowance_cores`, the largest of the instances'.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
 use stormguard_tower::metric_names::{
     ATTEMPT_DURATION, ATTEMPTS, CPU_ALLOWANCE, REQUESTS, RESPONSES,
 };
 
 use super::counters::{PROCESS_CPU, PROCESS_MEMORY, PROCESS_THREADS};
-use super::exposition::parse_value;
+use stormguard::advise::prometheus::api::{Labels, QueryError, instant_vector};
 use super::reading::{EndpointRates, Reading};
 
 /// The selector when none is given: Prometheus's job named as the service.
@@ -80,30 +78,6 @@ pub enum PromqlError {
         /// What was wrong.
         what: String,
     },
-}
-
-#[derive(Deserialize)]
-struct Answer {
-    status: String,
-    #[serde(default)]
-    data: Option<Data>,
-    #[serde(default, rename = "errorType")]
-    error_type: String,
-    #[serde(default)]
-    error: String,
-}
-
-#[derive(Deserialize)]
-struct Data {
-    #[serde(rename = "resultType")]
-    result_type: String,
-    result: Vec<VectorSample>,
-}
-
-#[derive(Deserialize)]
-struct VectorSample {
-    metric: BTreeMap<String, String>,
-    value: (f64, String),
 }
 
 /// A Prometheus HTTP API client for one source.
@@ -228,7 +202,7 @@ impl Promql {
         &self,
         at_ms: i64,
         query: &str,
-    ) -> Result<Vec<(BTreeMap<String, String>, f64)>, PromqlError> {
+    ) -> Result<Vec<(Labels, f64)>, PromqlError> {
         let url = format!("{}/api/v1/query", self.source.url);
         let time = unix_seconds(at_ms);
         let unreachable = |what: String| PromqlError::Unreachable {
@@ -253,34 +227,21 @@ impl Promql {
             .text()
             .await
             .map_err(|_| unreachable("the body could not be read".into()))?;
-        let malformed = |what: String| PromqlError::Malformed {
-            query: query.to_owned(),
-            what,
-        };
-        let answer: Answer = serde_json::from_str(&text).map_err(|e| {
-            malformed(format!(
-                "status {status} and a body that is not its JSON: {e}"
-            ))
-        })?;
-        if answer.status != "success" {
-            return Err(PromqlError::Refused {
+        instant_vector(&text).map_err(|error| match error {
+            QueryError::Refused { error_type, error } => PromqlError::Refused {
                 query: query.to_owned(),
-                error_type: answer.error_type,
-                error: answer.error,
-            });
-        }
-        let data = answer.data.ok_or_else(|| malformed("no data".into()))?;
-        if data.result_type != "vector" {
-            return Err(malformed(format!("a {} result", data.result_type)));
-        }
-        data.result
-            .into_iter()
-            .map(|sample| {
-                let value = parse_value(&sample.value.1)
-                    .ok_or_else(|| malformed(format!("the value {:?}", sample.value.1)))?;
-                Ok((sample.metric, value))
-            })
-            .collect()
+                error_type,
+                error,
+            },
+            not_json @ QueryError::NotJson(_) => PromqlError::Malformed {
+                query: query.to_owned(),
+                what: format!("status {status} and {not_json}"),
+            },
+            QueryError::Malformed(what) => PromqlError::Malformed {
+                query: query.to_owned(),
+                what,
+            },
+        })
     }
 }
 
@@ -289,7 +250,7 @@ fn unix_seconds(ms: i64) -> String {
     format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000))
 }
 
-fn entry<'a>(reading: &'a mut Reading, row: &BTreeMap<String, String>) -> &'a mut EndpointRates {
+fn entry<'a>(reading: &'a mut Reading, row: &Labels) -> &'a mut EndpointRates {
     let endpoint = row.get("endpoint").cloned().unwrap_or_default();
     reading.endpoints.entry(endpoint).or_default()
 }

@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use stormguard::advise::prometheus::exposition::parse;
 use stormguard::clock::Clock;
 use tokio::sync::Semaphore;
 
 use super::counters::{Counters, reading};
-use super::exposition::parse;
 use super::reading::Reading;
 use super::targets::ScrapeTargets;
 
