@@ -143,3 +143,19 @@ pub(super) fn hedge(call: &CallInfo<'_>, event: HedgeEvent) {
 pub(super) fn fallback(call: &CallInfo<'_>, reason: FallbackReason) {
     counter!(FALLBACKS, "endpoint" => endpoint(call), "reason" => reason.label()).increment(1);
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn describing_the_metrics_exposes_the_cpu_allowance() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, super::describe_metrics);
+        let text = handle.render();
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        assert!(
+            text.contains(&format!("process_cpu_allowance_cores {cores}\n")),
+            "{text}"
+        );
+    }
+}
