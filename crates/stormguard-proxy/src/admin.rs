@@ -18,12 +18,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json};
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use stormguard_tower::metric_names::{ATTEMPT_DURATION, ATTEMPT_DURATION_BUCKETS};
 use serde_json::{Value, json};
 use stormguard::breaker::BreakerState;
 use stormguard::fault::FaultInjector;
 use stormguard_tower::client::{CenterWatch, Policies};
 use stormguard_tower::limit::AdaptiveLimitLayer;
+use stormguard_tower::metric_names::{ATTEMPT_DURATION, ATTEMPT_DURATION_BUCKETS};
 use stormguard_tower::observe::Telemetry;
 use tokio::net::TcpListener;
 

@@ -174,10 +174,18 @@ impl Counters {
                     }
                 }
                 ATTEMPTS => endpoint.attempts += delta,
-                RESPONSES => *endpoint.results.entry(label("code").to_owned()).or_default() += delta,
+                RESPONSES => {
+                    *endpoint
+                        .results
+                        .entry(label("code").to_owned())
+                        .or_default() += delta
+                }
                 _ => {
                     if let Some(le) = parse_value(label("le")).filter(|le| !le.is_nan()) {
-                        buckets.entry(label("endpoint")).or_default().push((le, delta));
+                        buckets
+                            .entry(label("endpoint"))
+                            .or_default()
+                            .push((le, delta));
                     }
                 }
             }
@@ -188,7 +196,11 @@ impl Counters {
             }
         }
         for (name, p99) in &self.summary_p99 {
-            increase.endpoints.entry(name.clone()).or_default().summary_p99 = Some(*p99);
+            increase
+                .endpoints
+                .entry(name.clone())
+                .or_default()
+                .summary_p99 = Some(*p99);
         }
         Some(increase)
     }

@@ -154,5 +154,9 @@ fn endpoints_past_the_limit_are_counted_not_kept() {
     assert_eq!(read.dropped_endpoints(), 3);
     let delta = read.since(&Counters::default()).unwrap();
     assert_eq!(delta.endpoints.len(), MAX_ENDPOINTS);
-    assert!(!delta.endpoints.contains_key(&format!("e{MAX_ENDPOINTS:04}")));
+    assert!(
+        !delta
+            .endpoints
+            .contains_key(&format!("e{MAX_ENDPOINTS:04}"))
+    );
 }

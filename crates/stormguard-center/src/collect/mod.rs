@@ -56,10 +56,10 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt as _;
 use stormguard::clock::Clock;
 
+pub use counters::MAX_ENDPOINTS;
 pub use history::{
     DEFAULT_HISTORY_ROUNDS, EndpointTraffic, MAX_HISTORY_SERVICES, MetricHistory, Round,
 };
-pub use counters::MAX_ENDPOINTS;
 pub use promql::{DEFAULT_SELECTOR, PrometheusSource, PromqlError};
 pub use scrape::{MAX_CONCURRENT_SCRAPES, MAX_SCRAPE_BYTES};
 pub use targets::{

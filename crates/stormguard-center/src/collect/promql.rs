@@ -20,8 +20,8 @@ use stormguard_tower::metric_names::{
 };
 
 use super::counters::{PROCESS_CPU, PROCESS_MEMORY, PROCESS_THREADS};
-use stormguard::advise::prometheus::api::{Labels, QueryError, instant_vector};
 use super::reading::{EndpointRates, Reading};
+use stormguard::advise::prometheus::api::{Labels, QueryError, instant_vector};
 
 /// The selector when none is given: Prometheus's job named as the service.
 pub const DEFAULT_SELECTOR: &str = "job=\"{service}\"";
@@ -123,26 +123,35 @@ impl Promql {
         let rate = |name: &str, extra: &str| format!("rate({name}{}[{w}])", s(extra));
         let mut reading = Reading::default();
         for (row, value) in self
-            .query(at_ms, &format!("sum by (endpoint) ({})", rate(REQUESTS, "")))
+            .query(
+                at_ms,
+                &format!("sum by (endpoint) ({})", rate(REQUESTS, "")),
+            )
             .await?
         {
             entry(&mut reading, &row).requests = value;
         }
         let failed = rate(REQUESTS, "outcome!=\"succeeded\"");
-        for (row, value) in self.query(at_ms, &format!("sum by (endpoint) ({failed})")).await? {
+        for (row, value) in self
+            .query(at_ms, &format!("sum by (endpoint) ({failed})"))
+            .await?
+        {
             entry(&mut reading, &row).failed = value;
         }
         for (row, value) in self
-            .query(at_ms, &format!("sum by (endpoint) ({})", rate(ATTEMPTS, "")))
+            .query(
+                at_ms,
+                &format!("sum by (endpoint) ({})", rate(ATTEMPTS, "")),
+            )
             .await?
         {
             entry(&mut reading, &row).attempts = value;
         }
         for (row, value) in self
-            .query(at_ms, &format!(
-                "sum by (endpoint, code) ({})",
-                rate(RESPONSES, "")
-            ))
+            .query(
+                at_ms,
+                &format!("sum by (endpoint, code) ({})", rate(RESPONSES, "")),
+            )
             .await?
         {
             let code = row.get("code").cloned().unwrap_or_default();
@@ -168,11 +177,10 @@ impl Promql {
             }
         }
         reading.cpu = self
-            .scalar(at_ms, &format!(
-                "max({} / {CPU_ALLOWANCE}{})",
-                rate(PROCESS_CPU, ""),
-                s("")
-            ))
+            .scalar(
+                at_ms,
+                &format!("max({} / {CPU_ALLOWANCE}{})", rate(PROCESS_CPU, ""), s("")),
+            )
             .await?;
         reading.memory = self
             .scalar(at_ms, &format!("max({PROCESS_MEMORY}{})", s("")))
@@ -182,7 +190,10 @@ impl Promql {
             .await?;
         let names = format!("__name__=~\"{REQUESTS}|{ATTEMPTS}|{PROCESS_CPU}\"");
         let instances = self
-            .scalar(at_ms, &format!("count(count by (instance) ({}))", s(&names)))
+            .scalar(
+                at_ms,
+                &format!("count(count by (instance) ({}))", s(&names)),
+            )
             .await?
             .unwrap_or(0.0);
         Ok((reading, instances as usize))
@@ -198,11 +209,7 @@ impl Promql {
     }
 
     /// The instant vector `query` evaluates to at `at_ms`: each sample's labels and value.
-    async fn query(
-        &self,
-        at_ms: i64,
-        query: &str,
-    ) -> Result<Vec<(Labels, f64)>, PromqlError> {
+    async fn query(&self, at_ms: i64, query: &str) -> Result<Vec<(Labels, f64)>, PromqlError> {
         let url = format!("{}/api/v1/query", self.source.url);
         let time = unix_seconds(at_ms);
         let unreachable = |what: String| PromqlError::Unreachable {

@@ -185,8 +185,14 @@ mod tests {
         let round = reading.into_round(1, 1.0, 1, Vec::new(), 0);
         let seen = &round.observations;
         assert_eq!(seen.get(Some("img"), Series::ErrorRatio), Some(1.0));
-        assert_eq!(seen.get(Some("img"), Series::ErrorRatioCode(504)), Some(1.0));
-        assert_eq!(seen.get(Some("img"), Series::ErrorRatioCode(200)), Some(0.0));
+        assert_eq!(
+            seen.get(Some("img"), Series::ErrorRatioCode(504)),
+            Some(1.0)
+        );
+        assert_eq!(
+            seen.get(Some("img"), Series::ErrorRatioCode(200)),
+            Some(0.0)
+        );
         assert_eq!(seen.get(None, Series::Cpu), Some(1.0));
     }
 }

@@ -293,7 +293,9 @@ mod tests {
             .collect();
         let error = targets.announce("web", "one-more", url).unwrap_err();
         assert!(
-            error.to_string().contains(&MAX_TARGETS_PER_SERVICE.to_string()),
+            error
+                .to_string()
+                .contains(&MAX_TARGETS_PER_SERVICE.to_string()),
             "{error}"
         );
         // The same instance announcing again replaces its entry: not one more.
@@ -301,11 +303,18 @@ mod tests {
         let mut others = Vec::new();
         for s in 1..MAX_TARGETS / MAX_TARGETS_PER_SERVICE {
             for i in 0..MAX_TARGETS_PER_SERVICE {
-                others.push(targets.announce(&format!("s{s}"), &format!("i{i}"), url).unwrap());
+                others.push(
+                    targets
+                        .announce(&format!("s{s}"), &format!("i{i}"), url)
+                        .unwrap(),
+                );
             }
         }
         let error = targets.announce("last", "a", url).unwrap_err();
-        assert!(error.to_string().contains(&MAX_TARGETS.to_string()), "{error}");
+        assert!(
+            error.to_string().contains(&MAX_TARGETS.to_string()),
+            "{error}"
+        );
         drop((watches, again, others));
         assert!(targets.services().is_empty());
     }

@@ -29,10 +29,10 @@ use stormguard_tower::client::{
     CenterWatch, CenterWatchConfig, Client, ClientLayerBuilder, FALLBACK_HEADER, Fallback,
     FallbackFuture, FallbackRequest,
 };
+use stormguard_tower::metric_names::{ATTEMPT_DURATION, ATTEMPT_DURATION_BUCKETS};
 use stormguard_tower::observe::{
     AttemptEnd, AttemptStart, CallEnd, CallInfo, FallbackReason, HedgeEvent, Observer, Telemetry,
 };
-use stormguard_tower::metric_names::{ATTEMPT_DURATION, ATTEMPT_DURATION_BUCKETS};
 use stormguard_tower::wire::REQUEST_ID;
 use tokio::task::JoinHandle;
 use tower::{Layer, ServiceExt};

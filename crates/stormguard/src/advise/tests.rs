@@ -127,10 +127,7 @@ lat_bucket{endpoint="quote \"q\"",le="+Inf"} 1 1700000000000
     assert_eq!(h["a"].quantile(0.5), Some(1.0));
     assert!(h.contains_key("quote \"q\""));
     for (bad, what) in [
-        (
-            "lat_bucket{endpoint=\"a\",le=\"1\"} x",
-            "is not a number",
-        ),
+        ("lat_bucket{endpoint=\"a\",le=\"1\"} x", "is not a number"),
         (
             "lat_bucket{endpoint=\"a\",le=\"1\"} -1",
             "not a bucket count",

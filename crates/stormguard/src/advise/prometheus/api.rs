@@ -148,7 +148,10 @@ mod tests {
             {"metric":{"le":"0.5"},"values":[[1700000300,"0.2"],[1700000600,"+Inf"]]}]}}"#;
         let m = range_matrix(matrix).unwrap();
         assert_eq!(m[0].0["le"], "0.5");
-        assert_eq!(m[0].1, [(1_700_000_300.0, 0.2), (1_700_000_600.0, f64::INFINITY)]);
+        assert_eq!(
+            m[0].1,
+            [(1_700_000_300.0, 0.2), (1_700_000_600.0, f64::INFINITY)]
+        );
         for (body, what) in [
             ("<html>", "not its JSON"),
             (

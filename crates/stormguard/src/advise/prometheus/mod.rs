@@ -187,7 +187,9 @@ pub fn parse(
     for (n, sample) in samples.iter().filter(|(_, s)| s.name == series) {
         let count = Some(sample.value)
             .filter(|c| c.is_finite() && *c >= 0.0)
-            .ok_or_else(|| AdviseError::at(*n, format!("{} is not a bucket count", sample.value)))?;
+            .ok_or_else(|| {
+                AdviseError::at(*n, format!("{} is not a bucket count", sample.value))
+            })?;
         let le = sample
             .labels
             .get("le")
