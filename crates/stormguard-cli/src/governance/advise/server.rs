@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use stormguard::advise::prometheus::Histogram;
-use stormguard::advise::prometheus::api::{Labels, instant_vector, range_matrix};
+use stormguard::advise::prometheus::api::{Labels, Points, instant_vector, range_matrix};
 use stormguard::advise::prometheus::exposition::parse_value;
 use stormguard::advise::timed::{Interval, WindowP99};
 use stormguard::advise::{MAX_LATENCY_SECS, Percentiles};
@@ -168,7 +168,7 @@ impl<'a> Server<'a> {
         range: Duration,
         end: f64,
         step: u64,
-    ) -> Result<Vec<(Labels, Vec<(f64, f64)>)>, Failure> {
+    ) -> Result<Vec<(Labels, Points)>, Failure> {
         let points = (range.as_secs() / step).max(1);
         if points > MAX_POINTS {
             return Err(Failure::Usage(format!(

@@ -16,6 +16,9 @@ use super::exposition::parse_value;
 /// A series' labels.
 pub type Labels = BTreeMap<String, String>;
 
+/// A range series' (Unix seconds, value) points.
+pub type Points = Vec<(f64, f64)>;
+
 /// Why an answer of the query API holds no result.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QueryError {
@@ -115,7 +118,7 @@ pub fn instant_vector(body: &str) -> Result<Vec<(Labels, f64)>, QueryError> {
 
 /// The series of a range query's answer: each one's labels and (Unix seconds, value)
 /// points.
-pub fn range_matrix(body: &str) -> Result<Vec<(Labels, Vec<(f64, f64)>)>, QueryError> {
+pub fn range_matrix(body: &str) -> Result<Vec<(Labels, Points)>, QueryError> {
     result::<RangeSeries>(body, "matrix")?
         .into_iter()
         .map(|s| {
