@@ -1,5 +1,6 @@
 //! The governance tools' readers of untrusted text: a call graph (TOML and JSON), a CSV of
-//! latencies and a Prometheus text exposition. Any text is a value or a typed error, never a
+//! latencies, a Prometheus text exposition (also what the policy center scrapes) and a
+//! Prometheus query-API answer (also what the center's PromQL collector reads). Any text is a value or a typed error, never a
 //! panic; what is read is usable (lint runs over a graph, percentiles come out of every
 //! histogram or are `None`, advice from any latencies).
 #![no_main]
@@ -16,9 +17,9 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(rest) else {
         return;
     };
-    match which % 4 {
+    match which % 5 {
         0 | 1 => {
-            let graph = if which % 4 == 0 {
+            let graph = if which % 5 == 0 {
                 CallGraph::from_toml(text)
             } else {
                 CallGraph::from_json(text)
@@ -35,6 +36,10 @@ fuzz_target!(|data: &[u8]| {
                     let _ = advise(&p, Some(&p));
                 }
             }
+        }
+        3 => {
+            let _ = prometheus::api::instant_vector(text);
+            let _ = prometheus::api::range_matrix(text);
         }
         _ => {
             if let Ok(histograms) = prometheus::parse(text, "lat", "endpoint") {

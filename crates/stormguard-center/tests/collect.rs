@@ -3,8 +3,9 @@
 //! operator), the collector reads them at instants the test chooses (an injected clock: no
 //! sleeps, no timers), and the rule fires on the increases and reverts when they clear;
 //! the rounds are in the center's history; a page that is not the exposition format fails
-//! that instance only, naming the line; a bad metrics URL refuses the watch; and `run`, in
-//! paused time, reads once per interval and stops when told.
+//! that instance only, naming the line; a bad metrics URL refuses the watch; a target slow
+//! to answer has its rates over the time until its page was read; and `run`, in paused
+//! time, reads once per interval and stops when told.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::routing::get;
 use serde_json::json;
+use stormguard::clock::ManualClock;
 use stormguard::rules::{Series, Verdict};
 use stormguard_center::{CollectConfig, Collector, RuleRunner};
 use stormguard_tower::client::{CenterWatch, CenterWatchConfig};
@@ -24,15 +26,20 @@ use support::{TestCenter, attempts, client_stack};
 #[derive(Clone, Default)]
 struct Instance {
     page: Arc<Mutex<String>>,
+    /// Moved forward by this much while the page is served: a slow target.
+    slow: Arc<Mutex<Option<(ManualClock, Duration)>>>,
 }
 
 impl Instance {
     /// Serves the page on 127.0.0.1; returns its URL.
     async fn serve(&self) -> String {
-        let page = self.page.clone();
+        let (page, slow) = (self.page.clone(), self.slow.clone());
         let router = Router::new().route(
             "/metrics",
             get(move || {
+                if let Some((clock, by)) = slow.lock().unwrap().take() {
+                    clock.advance(by);
+                }
                 let page = page.clone();
                 async move { page.lock().unwrap().clone() }
             }),
@@ -75,7 +82,8 @@ fn rule() -> serde_json::Value {
     })
 }
 
-async fn setup() -> (TestCenter, Collector) {
+/// The center, its collector and the clock that stamps its scrapes.
+async fn setup() -> (TestCenter, Collector, ManualClock) {
     let center = TestCenter::sqlite().await;
     let editor = center.api(&center.editor);
     assert_eq!(editor.publish("web", 0, &attempts(3)).await.0, 201);
@@ -88,8 +96,20 @@ async fn setup() -> (TestCenter, Collector) {
         .await;
     assert_eq!(status, 204);
     let runner = Arc::new(RuleRunner::new(center.center.clone(), 6));
-    let collector = Collector::new(center.center.clone(), runner, CollectConfig::default());
-    (center, collector)
+    let clock = ManualClock::new();
+    let config = CollectConfig {
+        clock: clock.clock(),
+        ..CollectConfig::default()
+    };
+    let collector = Collector::new(center.center.clone(), runner, config);
+    (center, collector, clock)
+}
+
+/// `clock` moved to `seconds` after its origin; that instant.
+fn at(clock: &ManualClock, seconds: u64) -> Instant {
+    let to = Duration::from_secs(seconds);
+    clock.advance(to.saturating_sub(clock.elapsed()));
+    clock.origin() + to
 }
 
 /// A real watch of `web` announcing `metrics`, open once it has applied version 1.
@@ -106,7 +126,7 @@ async fn watch(center: &TestCenter, instance: &str, metrics: &str) -> CenterWatc
 
 #[tokio::test]
 async fn scraped_increases_fire_the_rule_and_its_revert() {
-    let (center, collector) = setup().await;
+    let (center, collector, clock) = setup().await;
     let (one, two) = (Instance::default(), Instance::default());
     one.set(100, 0);
     two.set(50, 0);
@@ -120,8 +140,7 @@ async fn scraped_increases_fire_the_rule_and_its_revert() {
         .unwrap();
     assert_eq!(center.center.scrape_targets().of("web").len(), 2);
 
-    let t0 = Instant::now();
-    let at = |s: u64| t0 + Duration::from_secs(s);
+    let at = |s: u64| at(&clock, s);
     // The first scrape is a baseline: no rates yet.
     let first = collector.round(at(0)).await;
     let round = first[0].round.clone().unwrap();
@@ -202,8 +221,29 @@ async fn scraped_increases_fire_the_rule_and_its_revert() {
 }
 
 #[tokio::test]
+async fn a_slow_target_is_read_over_the_time_until_its_page_was_read() {
+    let (center, collector, clock) = setup().await;
+    let slow = Instance::default();
+    slow.set(0, 0);
+    let url = slow.serve().await;
+    center
+        .center
+        .scrape_targets()
+        .add_static("web", "slow", &url)
+        .unwrap();
+    collector.round(at(&clock, 0)).await;
+    // The round starts at 1 s; the page is read a second later, 20 calls since the first.
+    slow.set(20, 0);
+    *slow.slow.lock().unwrap() = Some((clock.clone(), Duration::from_secs(1)));
+    let rounds = collector.round(at(&clock, 1)).await;
+    let round = rounds[0].round.clone().unwrap();
+    assert_eq!(round.window_seconds, 2.0);
+    assert_eq!(round.endpoints["default"].requests_per_second, 10.0);
+}
+
+#[tokio::test]
 async fn a_page_that_is_not_the_exposition_format_fails_its_instance_only() {
-    let (center, collector) = setup().await;
+    let (center, collector, _) = setup().await;
     let (good, bad) = (Instance::default(), Instance::default());
     good.set(10, 0);
     *bad.page.lock().unwrap() = "ok 1\n<html>oops</html>\n".to_owned();
@@ -256,7 +296,7 @@ async fn a_prometheus_that_cannot_be_read_is_a_typed_error_and_changes_nothing()
     use stormguard_center::collect::PromqlError;
     use stormguard_center::{PrometheusSource, Source};
 
-    let (center, _) = setup().await;
+    let (center, _, _) = setup().await;
     // A server that answers every path, /api/v1/query too, with a page.
     let router = Router::new().fallback(get(|| async { "<html>no</html>" }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -339,5 +379,49 @@ async fn run_reads_every_interval_and_stops_when_told() {
     assert!(
         center.center.metric_history().rounds("web").len() >= read_before_stop,
         "each read is a recorded round"
+    );
+}
+
+#[tokio::test]
+async fn every_query_of_a_promql_round_is_evaluated_at_one_instant() {
+    use axum::extract::Query;
+    use std::collections::HashMap;
+    use stormguard_center::{PrometheusSource, Source};
+
+    let (center, _, _) = setup().await;
+    // A Prometheus stand-in that records each query and its `time`, answering an empty
+    // vector.
+    let seen: Arc<Mutex<Vec<HashMap<String, String>>>> = Arc::default();
+    let record = seen.clone();
+    let router = Router::new().route(
+        "/api/v1/query",
+        get(move |Query(params): Query<HashMap<String, String>>| {
+            record.lock().unwrap().push(params);
+            async { r#"{"status":"success","data":{"resultType":"vector","result":[]}}"# }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let runner = Arc::new(RuleRunner::new(center.center.clone(), 6));
+    let config = CollectConfig {
+        source: Source::Prometheus(PrometheusSource::new(&url)),
+        ..CollectConfig::default()
+    };
+    let collector = Collector::new(center.center.clone(), runner, config);
+    let rounds = collector.round(Instant::now()).await;
+    let round = rounds[0].round.clone().unwrap();
+    let seen = seen.lock().unwrap();
+    assert!(seen.len() > 5, "{seen:?}");
+    let times: Vec<&str> = seen.iter().map(|q| q["time"].as_str()).collect();
+    assert!(times.iter().all(|t| *t == times[0]), "{times:?}");
+    // The round is stamped with that instant, in milliseconds.
+    let time: f64 = times[0].parse().unwrap();
+    assert_eq!((time * 1000.0).round() as i64, round.at_ms);
+    // CPU is a fraction of each instance's allowance.
+    assert!(
+        seen.iter()
+            .any(|q| q["query"].contains("/ process_cpu_allowance_cores{")),
+        "{seen:?}"
     );
 }

@@ -198,6 +198,7 @@ fn start_collecting(center: &Center, args: &CenterArgs) -> Result<(), Failure> {
         source,
         interval: args.collect_interval,
         timeout: args.collect_interval.max(Duration::from_secs(1)),
+        ..CollectConfig::default()
     };
     let runner = Arc::new(RuleRunner::new(
         center.clone(),

@@ -17,12 +17,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json};
 use axum::routing::{get, post};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
 use stormguard::breaker::BreakerState;
 use stormguard::fault::FaultInjector;
 use stormguard_tower::client::{CenterWatch, Policies};
 use stormguard_tower::limit::AdaptiveLimitLayer;
+use stormguard_tower::metric_names::{ATTEMPT_DURATION, ATTEMPT_DURATION_BUCKETS};
 use stormguard_tower::observe::Telemetry;
 use tokio::net::TcpListener;
 
@@ -41,7 +42,16 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let handle = PrometheusBuilder::new().install_recorder().ok()?;
+            // Attempt durations as bucket counts, which sum over instances, rather than the
+            // exporter's default summary over its own rolling window.
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full(ATTEMPT_DURATION.to_owned()),
+                    ATTEMPT_DURATION_BUCKETS,
+                )
+                .ok()?
+                .install_recorder()
+                .ok()?;
             stormguard_tower::observe::describe_metrics();
             Some(handle)
         })

@@ -26,6 +26,14 @@
 //! | [`CONCURRENCY_IN_FLIGHT`] | gauge | | requests the server limit layer has in flight |
 //! | [`LIMIT_QUEUE_DELAY`] | histogram | | seconds admitted requests waited in the limit layer's queue |
 //! | [`LIMIT_SHED`] | counter | `reason` | requests the limit layer shed: `deadline`, `queue_full`, `queue_timeout` |
+//! | [`CPU_ALLOWANCE`] | gauge | | the cores this process may use (set by `describe_metrics`) |
+//!
+//! [`ATTEMPT_DURATION`] is a histogram for the `metrics` facade; the Prometheus exporter
+//! renders a histogram as a summary unless it is given buckets, and a summary's quantiles
+//! are over the exporter's own rolling window (about a minute), 0 when it is empty, and
+//! cannot be summed over instances. Give it [`ATTEMPT_DURATION_BUCKETS`]
+//! (`PrometheusBuilder::set_buckets_for_metric`) so that the policy center and Prometheus
+//! read real bucket counts.
 
 /// Counter of logical requests, labelled `endpoint` and `outcome`.
 pub const REQUESTS: &str = "stormguard_requests_total";
@@ -55,6 +63,14 @@ pub const DEADLINE_DROPS: &str = "stormguard_deadline_drops_total";
 pub const DEADLINE_HEADER_ERRORS: &str = "stormguard_deadline_header_errors_total";
 /// Histogram of attempt durations in seconds.
 pub const ATTEMPT_DURATION: &str = "stormguard_attempt_duration_seconds";
+/// Bucket bounds, in seconds, recommended for [`ATTEMPT_DURATION`]: 1 ms to 10 s.
+pub const ATTEMPT_DURATION_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// Gauge of the CPU cores this process may use (`std::thread::available_parallelism`,
+/// which follows the cgroup quota of a container): what the policy center divides
+/// `process_cpu_seconds_total`'s rate by to make its `cpu` series a fraction, 0..=1.
+pub const CPU_ALLOWANCE: &str = "process_cpu_allowance_cores";
 /// Histogram of retry delays in seconds.
 pub const RETRY_DELAY: &str = "stormguard_retry_delay_seconds";
 /// Gauge of the server's adaptive concurrency limit.

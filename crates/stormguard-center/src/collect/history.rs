@@ -37,6 +37,9 @@ pub struct Round {
     pub instances: usize,
     /// Instances that could not be read this round, each with why (`web-1: timed out`).
     pub failures: Vec<String>,
+    /// Downstream endpoints not read this round because an instance named more than
+    /// [`MAX_ENDPOINTS`](super::MAX_ENDPOINTS) (summed over the instances).
+    pub dropped_endpoints: usize,
 }
 
 /// The traffic to one downstream endpoint in one round, summed over the service's instances.
@@ -86,6 +89,7 @@ impl Round {
 ///         threads: None,
 ///         instances: 1,
 ///         failures: Vec::new(),
+///         dropped_endpoints: 0,
 ///     });
 /// }
 /// let rounds = history.rounds("web");

@@ -11,7 +11,8 @@
 //!
 //! - **Scrape** (the default, nothing else to run): each instance listed in the center's
 //!   [`ScrapeTargets`] — announced by the instance with its watch, or listed by the operator —
-//!   is read at its `/metrics` (the Prometheus text format, read by [`exposition`]); the
+//!   is read at its `/metrics` (the Prometheus text format, read by
+//!   [`stormguard::advise::prometheus::exposition`]); the
 //!   increase of each counter since the instance's previous scrape, over the time between
 //!   the two, is its rate. An instance's first scrape is a baseline only.
 //! - **PromQL** ([`PrometheusSource`]): the same rates from a Prometheus server that scrapes
@@ -25,15 +26,22 @@
 //! | `error_ratio` | `stormguard_requests_total` not `outcome="succeeded"` / all of it: failed calls / calls |
 //! | `error_ratio{code}` | `stormguard_responses_total{code}` / all of it: attempts answered with the code / attempts that ended |
 //! | `error_ratio{class}` | the same, summed over the class's codes (`5` → 500–599) |
-//! | `p99` | the 99th percentile of `stormguard_attempt_duration_seconds` (its buckets summed as `histogram_quantile` does; the exporter's `quantile="0.99"`, the largest of the instances', when it renders a summary) |
+//! | `p99` | the 99th percentile of the attempt duration `stormguard_attempt_duration_seconds` (each attempt, not each call: retries are separate samples), its buckets' increases summed over series and instances as `histogram_quantile` does; where the exporter renders a summary instead, its `quantile="0.99"`, the largest of the series' — a summary covers the exporter's rolling window (about a minute, not the round) and cannot be summed, so give the metric buckets ([`ATTEMPT_DURATION_BUCKETS`](stormguard_tower::metric_names::ATTEMPT_DURATION_BUCKETS)). Only where attempts ended in the round. |
 //! | attempts per request (history only) | `stormguard_attempts_total` / `stormguard_requests_total` |
 //!
-//! and per service: `cpu`, the busiest instance's `process_cpu_seconds_total` rate (1.0 is
-//! one core busy); `memory`, the largest `process_resident_memory_bytes`; threads (history
-//! only), the most `process_threads` — read where an instance exposes them. A series with no
+//! and per service: `cpu`, the busiest instance's `process_cpu_seconds_total` rate divided by
+//! the cores it may use (`process_cpu_allowance_cores`, which the client stack's
+//! `describe_metrics` sets from `available_parallelism`, cgroup quota included), a fraction
+//! 0..=1, absent for an instance that does not expose its allowance; `memory`, the largest
+//! `process_resident_memory_bytes`; threads (history only), the most `process_threads` —
+//! read where an instance exposes them. Ratios are clamped to 0..=1. A series with no
 //! traffic behind it in a round is absent, and a rule on it neither holds nor clears.
-
-pub mod exposition;
+//!
+//! Bounds, since the targets are announced by the instances: [`MAX_TARGETS_PER_SERVICE`]
+//! and [`MAX_TARGETS`] listed (an announcement beyond them is refused),
+//! [`MAX_CONCURRENT_SCRAPES`] scrapes and [`MAX_CONCURRENT_SERVICES`] services in flight,
+//! [`MAX_SCRAPE_BYTES`] per page, [`MAX_ENDPOINTS`] endpoints kept per instance and round
+//! (the others counted in [`Round::dropped_endpoints`]).
 
 mod counters;
 mod history;
@@ -45,12 +53,18 @@ mod targets;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt as _;
+use stormguard::clock::Clock;
+
+pub use counters::MAX_ENDPOINTS;
 pub use history::{
     DEFAULT_HISTORY_ROUNDS, EndpointTraffic, MAX_HISTORY_SERVICES, MetricHistory, Round,
 };
 pub use promql::{DEFAULT_SELECTOR, PrometheusSource, PromqlError};
-pub use scrape::MAX_SCRAPE_BYTES;
-pub use targets::{Announced, MAX_METRICS_URL, ScrapeTargets};
+pub use scrape::{MAX_CONCURRENT_SCRAPES, MAX_SCRAPE_BYTES};
+pub use targets::{
+    Announced, MAX_METRICS_URL, MAX_TARGETS, MAX_TARGETS_PER_SERVICE, ScrapeTargets,
+};
 
 use crate::rules::{RuleEvent, RuleRunner};
 use crate::server::{Center, now_ms};
@@ -60,6 +74,9 @@ use scrape::Scraper;
 
 /// The interval between rounds when none is given.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The most services read at once in one round.
+pub const MAX_CONCURRENT_SERVICES: usize = 16;
 
 /// Where the numbers come from.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,8 +91,8 @@ pub enum Source {
 ///
 /// # Default
 ///
-/// Scrapes every 1 s, each scrape or query given 1 s.
-#[derive(Clone, Debug, PartialEq)]
+/// Scrapes every 1 s, each scrape or query given 1 s, scrapes stamped by tokio's clock.
+#[derive(Clone, Debug)]
 pub struct CollectConfig {
     /// Where the numbers come from.
     pub source: Source,
@@ -83,6 +100,9 @@ pub struct CollectConfig {
     pub interval: Duration,
     /// How long one scrape or one query may take.
     pub timeout: Duration,
+    /// What stamps each scrape (the instant its body was read): rates are increases over
+    /// the time between two stamps of the same instance.
+    pub clock: Clock,
 }
 
 impl Default for CollectConfig {
@@ -91,6 +111,7 @@ impl Default for CollectConfig {
             source: Source::Scrape,
             interval: DEFAULT_INTERVAL,
             timeout: DEFAULT_INTERVAL,
+            clock: Clock::tokio(),
         }
     }
 }
@@ -146,7 +167,7 @@ impl Collector {
     /// A collector for `center`, feeding `runner`.
     pub fn new(center: Center, runner: Arc<RuleRunner>, config: CollectConfig) -> Collector {
         let reader = match config.source {
-            Source::Scrape => Reader::Scrape(Scraper::new(config.timeout)),
+            Source::Scrape => Reader::Scrape(Scraper::new(config.timeout, config.clock)),
             Source::Prometheus(source) => Reader::Prometheus(Promql::new(source, config.timeout)),
         };
         Collector {
@@ -158,8 +179,9 @@ impl Collector {
     }
 
     /// One round at `now` (the instant the rules' holds are measured on): every service
-    /// read, its round recorded and its rules run. Services: those with listed instances
-    /// (scrape) or with rules (PromQL).
+    /// read, its round recorded and its rules run, [`MAX_CONCURRENT_SERVICES`] at a time.
+    /// Services: those with listed instances (scrape) or with rules (PromQL); PromQL
+    /// evaluates every query of the round at one instant.
     pub async fn round(&self, now: Instant) -> Vec<Collected> {
         let services = match &self.reader {
             Reader::Scrape(scraper) => {
@@ -175,30 +197,35 @@ impl Collector {
                 }
             },
         };
-        let mut collected = Vec::new();
-        for service in services {
-            collected.push(self.service_round(&service, now).await);
-        }
-        collected
+        let evaluated_ms = now_ms();
+        futures_util::stream::iter(services)
+            .map(|service| async move { self.service_round(&service, now, evaluated_ms).await })
+            .buffered(MAX_CONCURRENT_SERVICES)
+            .collect()
+            .await
     }
 
-    async fn service_round(&self, service: &str, now: Instant) -> Collected {
-        let at_ms = now_ms();
+    async fn service_round(&self, service: &str, now: Instant, evaluated_ms: i64) -> Collected {
         let round = match &self.reader {
             Reader::Scrape(scraper) => {
-                let scraped = scraper
-                    .scrape(self.center.scrape_targets(), service, now)
-                    .await;
+                let scraped = scraper.scrape(self.center.scrape_targets(), service).await;
                 Ok(scraped.reading.into_round(
-                    at_ms,
+                    now_ms(),
                     scraped.window_seconds,
                     scraped.instances,
                     scraped.failures,
+                    scraped.dropped_endpoints,
                 ))
             }
-            Reader::Prometheus(promql) => promql.read(service).await.map(|(reading, instances)| {
-                reading.into_round(at_ms, promql.window().as_secs_f64(), instances, Vec::new())
-            }),
+            Reader::Prometheus(promql) => {
+                promql
+                    .read(service, evaluated_ms)
+                    .await
+                    .map(|(reading, instances)| {
+                        let window = promql.window().as_secs_f64();
+                        reading.into_round(evaluated_ms, window, instances, Vec::new(), 0)
+                    })
+            }
         };
         match round {
             Ok(round) => {

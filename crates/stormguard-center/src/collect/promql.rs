@@ -7,16 +7,21 @@
 //! service's instances by endpoint. Which series are a service's is a label selector
 //! written by the operator, `{service}` replaced by the service's name (`job="{service}"`
 //! by default). The numbers then become a round exactly as the scrape path's do.
+//!
+//! Every query of a round is evaluated at the same instant (the API's `time`): a ratio
+//! made of two queries evaluated a moment apart could compare different windows. CPU is
+//! each instance's `rate(process_cpu_seconds_total)` divided by its
+//! `process_cpu_allowance_cores`, the largest of the instances'.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
-use stormguard_tower::metric_names::{ATTEMPT_DURATION, ATTEMPTS, REQUESTS, RESPONSES};
+use stormguard_tower::metric_names::{
+    ATTEMPT_DURATION, ATTEMPTS, CPU_ALLOWANCE, REQUESTS, RESPONSES,
+};
 
 use super::counters::{PROCESS_CPU, PROCESS_MEMORY, PROCESS_THREADS};
-use super::exposition::parse_value;
 use super::reading::{EndpointRates, Reading};
+use stormguard::advise::prometheus::api::{Labels, QueryError, instant_vector};
 
 /// The selector when none is given: Prometheus's job named as the service.
 pub const DEFAULT_SELECTOR: &str = "job=\"{service}\"";
@@ -75,30 +80,6 @@ pub enum PromqlError {
     },
 }
 
-#[derive(Deserialize)]
-struct Answer {
-    status: String,
-    #[serde(default)]
-    data: Option<Data>,
-    #[serde(default, rename = "errorType")]
-    error_type: String,
-    #[serde(default)]
-    error: String,
-}
-
-#[derive(Deserialize)]
-struct Data {
-    #[serde(rename = "resultType")]
-    result_type: String,
-    result: Vec<VectorSample>,
-}
-
-#[derive(Deserialize)]
-struct VectorSample {
-    metric: BTreeMap<String, String>,
-    value: (f64, String),
-}
-
 /// A Prometheus HTTP API client for one source.
 #[derive(Debug)]
 pub(crate) struct Promql {
@@ -130,33 +111,47 @@ impl Promql {
         format!("{{{}}}", parts.join(","))
     }
 
-    /// `service`'s reading and how many instances it came from.
-    pub(crate) async fn read(&self, service: &str) -> Result<(Reading, usize), PromqlError> {
+    /// `service`'s reading at `at_ms` (milliseconds since the Unix epoch) and how many
+    /// instances it came from.
+    pub(crate) async fn read(
+        &self,
+        service: &str,
+        at_ms: i64,
+    ) -> Result<(Reading, usize), PromqlError> {
         let w = format!("{}ms", self.source.window.as_millis().max(1));
         let s = |extra: &str| self.select(service, extra);
         let rate = |name: &str, extra: &str| format!("rate({name}{}[{w}])", s(extra));
         let mut reading = Reading::default();
         for (row, value) in self
-            .query(&format!("sum by (endpoint) ({})", rate(REQUESTS, "")))
+            .query(
+                at_ms,
+                &format!("sum by (endpoint) ({})", rate(REQUESTS, "")),
+            )
             .await?
         {
             entry(&mut reading, &row).requests = value;
         }
         let failed = rate(REQUESTS, "outcome!=\"succeeded\"");
-        for (row, value) in self.query(&format!("sum by (endpoint) ({failed})")).await? {
+        for (row, value) in self
+            .query(at_ms, &format!("sum by (endpoint) ({failed})"))
+            .await?
+        {
             entry(&mut reading, &row).failed = value;
         }
         for (row, value) in self
-            .query(&format!("sum by (endpoint) ({})", rate(ATTEMPTS, "")))
+            .query(
+                at_ms,
+                &format!("sum by (endpoint) ({})", rate(ATTEMPTS, "")),
+            )
             .await?
         {
             entry(&mut reading, &row).attempts = value;
         }
         for (row, value) in self
-            .query(&format!(
-                "sum by (endpoint, code) ({})",
-                rate(RESPONSES, "")
-            ))
+            .query(
+                at_ms,
+                &format!("sum by (endpoint, code) ({})", rate(RESPONSES, "")),
+            )
             .await?
         {
             let code = row.get("code").cloned().unwrap_or_default();
@@ -165,7 +160,7 @@ impl Promql {
         let buckets = rate(&format!("{ATTEMPT_DURATION}_bucket"), "");
         let p99 = format!("histogram_quantile(0.99, sum by (endpoint, le) ({buckets}))");
         let mut measured = Vec::new();
-        for (row, value) in self.query(&p99).await? {
+        for (row, value) in self.query(at_ms, &p99).await? {
             if value.is_finite() {
                 entry(&mut reading, &row).p99 = Some(value);
                 measured.push(row.get("endpoint").cloned().unwrap_or_default());
@@ -175,44 +170,48 @@ impl Promql {
             "max by (endpoint) ({ATTEMPT_DURATION}{})",
             s("quantile=\"0.99\"")
         );
-        for (row, value) in self.query(&summary).await? {
+        for (row, value) in self.query(at_ms, &summary).await? {
             let endpoint = row.get("endpoint").cloned().unwrap_or_default();
             if value.is_finite() && !measured.contains(&endpoint) {
                 entry(&mut reading, &row).p99 = Some(value);
             }
         }
         reading.cpu = self
-            .scalar(&format!("max({})", rate(PROCESS_CPU, "")))
+            .scalar(
+                at_ms,
+                &format!("max({} / {CPU_ALLOWANCE}{})", rate(PROCESS_CPU, ""), s("")),
+            )
             .await?;
         reading.memory = self
-            .scalar(&format!("max({PROCESS_MEMORY}{})", s("")))
+            .scalar(at_ms, &format!("max({PROCESS_MEMORY}{})", s("")))
             .await?;
         reading.threads = self
-            .scalar(&format!("max({PROCESS_THREADS}{})", s("")))
+            .scalar(at_ms, &format!("max({PROCESS_THREADS}{})", s("")))
             .await?;
         let names = format!("__name__=~\"{REQUESTS}|{ATTEMPTS}|{PROCESS_CPU}\"");
         let instances = self
-            .scalar(&format!("count(count by (instance) ({}))", s(&names)))
+            .scalar(
+                at_ms,
+                &format!("count(count by (instance) ({}))", s(&names)),
+            )
             .await?
             .unwrap_or(0.0);
         Ok((reading, instances as usize))
     }
 
-    async fn scalar(&self, query: &str) -> Result<Option<f64>, PromqlError> {
+    async fn scalar(&self, at_ms: i64, query: &str) -> Result<Option<f64>, PromqlError> {
         Ok(self
-            .query(query)
+            .query(at_ms, query)
             .await?
             .into_iter()
             .map(|(_, v)| v)
             .find(|v| v.is_finite()))
     }
 
-    /// The instant vector `query` evaluates to now: each sample's labels and value.
-    async fn query(
-        &self,
-        query: &str,
-    ) -> Result<Vec<(BTreeMap<String, String>, f64)>, PromqlError> {
+    /// The instant vector `query` evaluates to at `at_ms`: each sample's labels and value.
+    async fn query(&self, at_ms: i64, query: &str) -> Result<Vec<(Labels, f64)>, PromqlError> {
         let url = format!("{}/api/v1/query", self.source.url);
+        let time = unix_seconds(at_ms);
         let unreachable = |what: String| PromqlError::Unreachable {
             url: url.clone(),
             what,
@@ -220,7 +219,7 @@ impl Promql {
         let response = self
             .client
             .get(&url)
-            .query(&[("query", query)])
+            .query(&[("query", query), ("time", time.as_str())])
             .send()
             .await
             .map_err(|e| {
@@ -235,38 +234,30 @@ impl Promql {
             .text()
             .await
             .map_err(|_| unreachable("the body could not be read".into()))?;
-        let malformed = |what: String| PromqlError::Malformed {
-            query: query.to_owned(),
-            what,
-        };
-        let answer: Answer = serde_json::from_str(&text).map_err(|e| {
-            malformed(format!(
-                "status {status} and a body that is not its JSON: {e}"
-            ))
-        })?;
-        if answer.status != "success" {
-            return Err(PromqlError::Refused {
+        instant_vector(&text).map_err(|error| match error {
+            QueryError::Refused { error_type, error } => PromqlError::Refused {
                 query: query.to_owned(),
-                error_type: answer.error_type,
-                error: answer.error,
-            });
-        }
-        let data = answer.data.ok_or_else(|| malformed("no data".into()))?;
-        if data.result_type != "vector" {
-            return Err(malformed(format!("a {} result", data.result_type)));
-        }
-        data.result
-            .into_iter()
-            .map(|sample| {
-                let value = parse_value(&sample.value.1)
-                    .ok_or_else(|| malformed(format!("the value {:?}", sample.value.1)))?;
-                Ok((sample.metric, value))
-            })
-            .collect()
+                error_type,
+                error,
+            },
+            not_json @ QueryError::NotJson(_) => PromqlError::Malformed {
+                query: query.to_owned(),
+                what: format!("status {status} and {not_json}"),
+            },
+            QueryError::Malformed(what) => PromqlError::Malformed {
+                query: query.to_owned(),
+                what,
+            },
+        })
     }
 }
 
-fn entry<'a>(reading: &'a mut Reading, row: &BTreeMap<String, String>) -> &'a mut EndpointRates {
+/// `ms` since the Unix epoch as the API's seconds, to the millisecond.
+fn unix_seconds(ms: i64) -> String {
+    format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000))
+}
+
+fn entry<'a>(reading: &'a mut Reading, row: &Labels) -> &'a mut EndpointRates {
     let endpoint = row.get("endpoint").cloned().unwrap_or_default();
     reading.endpoints.entry(endpoint).or_default()
 }

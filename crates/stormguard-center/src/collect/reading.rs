@@ -5,6 +5,11 @@
 //! busiest instance's CPU and the largest one's memory and threads — and one function turns
 //! them into the [`Round`] the rules read, so the scrape path and the PromQL path cannot
 //! define a series two ways.
+//!
+//! Ratios are clamped to 0..=1 (two counters read a moment apart can disagree a little),
+//! and the P99 is only a reading when attempts ended in the round: an exporter's summary
+//! keeps answering (0 once its window is empty) with no traffic behind it, and a rule must
+//! not clear on that.
 
 use std::collections::BTreeMap;
 
@@ -31,7 +36,7 @@ pub(crate) struct EndpointRates {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Reading {
     pub(crate) endpoints: BTreeMap<String, EndpointRates>,
-    /// CPU-seconds per second of the busiest instance.
+    /// CPU used by the busiest instance, a fraction of the cores it may use.
     pub(crate) cpu: Option<f64>,
     /// Resident bytes of the largest instance.
     pub(crate) memory: Option<f64>,
@@ -49,14 +54,17 @@ pub(crate) fn combine(a: Option<f64>, b: Option<f64>, f: fn(f64, f64) -> f64) ->
 
 impl Reading {
     /// The round the rules read: error ratios where there were calls (by code and by class
-    /// where attempts ended), P99 where measured, CPU and memory where exposed.
+    /// where attempts ended), P99 where measured and attempts ended, CPU and memory where exposed;
+    /// ratios clamped to 0..=1.
     pub(crate) fn into_round(
         self,
         at_ms: i64,
         window_seconds: f64,
         instances: usize,
         failures: Vec<String>,
+        dropped_endpoints: usize,
     ) -> Round {
+        let ratio = |part: f64, whole: f64| (part / whole).clamp(0.0, 1.0);
         let mut observations = Observations::new();
         let mut endpoints = BTreeMap::new();
         for (endpoint, rates) in &self.endpoints {
@@ -68,7 +76,7 @@ impl Reading {
                 observations.set_endpoint(
                     endpoint,
                     Series::ErrorRatio,
-                    rates.failed / rates.requests,
+                    ratio(rates.failed, rates.requests),
                 );
                 traffic.attempts_per_request = Some(rates.attempts / rates.requests);
             }
@@ -82,7 +90,7 @@ impl Reading {
                     observations.set_endpoint(
                         endpoint,
                         Series::ErrorRatioCode(number),
-                        count / ended,
+                        ratio(*count, ended),
                     );
                     if let Some(class) = classes.get_mut(usize::from(number / 100)) {
                         *class += count;
@@ -92,17 +100,17 @@ impl Reading {
                     observations.set_endpoint(
                         endpoint,
                         Series::ErrorRatioClass(class as u8),
-                        count / ended,
+                        ratio(*count, ended),
                     );
                 }
-            }
-            if let Some(p99) = rates.p99 {
-                observations.set_endpoint(endpoint, Series::P99, p99);
+                if let Some(p99) = rates.p99 {
+                    observations.set_endpoint(endpoint, Series::P99, p99);
+                }
             }
             endpoints.insert(endpoint.clone(), traffic);
         }
         if let Some(cpu) = self.cpu {
-            observations.set_service(Series::Cpu, cpu);
+            observations.set_service(Series::Cpu, cpu.clamp(0.0, 1.0));
         }
         if let Some(memory) = self.memory {
             observations.set_service(Series::Memory, memory);
@@ -115,75 +123,15 @@ impl Reading {
             threads: self.threads,
             instances,
             failures,
+            dropped_endpoints,
         }
     }
-}
-
-/// The `q` quantile of a histogram given as cumulative `(le, count)` buckets, the way
-/// Prometheus's `histogram_quantile` computes it: linear within the bucket that holds the
-/// rank, the highest finite bound when the rank falls in `+Inf`; `None` without a `+Inf`
-/// bucket or without observations.
-pub(crate) fn histogram_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
-    let mut buckets: Vec<(f64, f64)> = buckets
-        .iter()
-        .copied()
-        .filter(|(le, count)| !le.is_nan() && count.is_finite())
-        .collect();
-    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let &(last_le, total) = buckets.last()?;
-    if last_le != f64::INFINITY || total <= 0.0 || buckets.len() < 2 {
-        return None;
-    }
-    // Counts are cumulative; a scrape racing an observation can make them dip: keep them
-    // monotonic as Prometheus does.
-    let mut highest = 0.0f64;
-    for bucket in &mut buckets {
-        highest = highest.max(bucket.1);
-        bucket.1 = highest;
-    }
-    let rank = q.clamp(0.0, 1.0) * total;
-    let index = buckets.iter().position(|&(_, count)| count >= rank)?;
-    if index == buckets.len() - 1 {
-        return Some(buckets[buckets.len() - 2].0);
-    }
-    let (upper, count) = buckets[index];
-    let (lower, below) = if index == 0 {
-        (if upper > 0.0 { 0.0 } else { upper }, 0.0)
-    } else {
-        buckets[index - 1]
-    };
-    if count == below {
-        return Some(upper);
-    }
-    Some(lower + (upper - lower) * (rank - below) / (count - below))
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_quantile_interpolates_within_its_bucket() {
-        let buckets = [
-            (0.1, 50.0),
-            (0.5, 90.0),
-            (1.0, 100.0),
-            (f64::INFINITY, 100.0),
-        ];
-        let p99 = histogram_quantile(0.99, &buckets).unwrap();
-        assert!((p99 - 0.95).abs() < 1e-9, "{p99}");
-        let p50 = histogram_quantile(0.5, &buckets).unwrap();
-        assert!((p50 - 0.1).abs() < 1e-9, "{p50}");
-        // In the +Inf bucket: the highest finite bound.
-        let slow = [(0.1, 1.0), (f64::INFINITY, 100.0)];
-        assert_eq!(histogram_quantile(0.99, &slow), Some(0.1));
-        assert_eq!(
-            histogram_quantile(0.99, &[(0.1, 0.0), (f64::INFINITY, 0.0)]),
-            None
-        );
-        assert_eq!(histogram_quantile(0.99, &[(0.1, 3.0)]), None);
-    }
 
     #[test]
     fn ratios_by_code_and_class_share_one_denominator() {
@@ -201,7 +149,7 @@ mod tests {
             },
         );
         reading.cpu = Some(0.5);
-        let round = reading.into_round(1, 1.0, 1, Vec::new());
+        let round = reading.into_round(1, 1.0, 1, Vec::new(), 0);
         let seen = &round.observations;
         assert_eq!(seen.get(Some("img"), Series::ErrorRatio), Some(0.4));
         assert_eq!(
@@ -216,5 +164,35 @@ mod tests {
         assert_eq!(seen.get(None, Series::Cpu), Some(0.5));
         assert_eq!(round.attempts_per_request("img"), Some(2.5));
         assert_eq!(round.p99_seconds("img"), Some(0.3));
+    }
+
+    #[test]
+    fn ratios_of_counters_read_apart_stay_within_one() {
+        // PromQL evaluates each query on its own: failed calls may exceed calls a little.
+        let mut reading = Reading::default();
+        reading.endpoints.insert(
+            "img".to_owned(),
+            EndpointRates {
+                requests: 10.0,
+                failed: 11.0,
+                results: [("504", 5.0), ("200", -1.0)]
+                    .map(|(c, n)| (c.to_owned(), n))
+                    .into(),
+                ..EndpointRates::default()
+            },
+        );
+        reading.cpu = Some(1.2);
+        let round = reading.into_round(1, 1.0, 1, Vec::new(), 0);
+        let seen = &round.observations;
+        assert_eq!(seen.get(Some("img"), Series::ErrorRatio), Some(1.0));
+        assert_eq!(
+            seen.get(Some("img"), Series::ErrorRatioCode(504)),
+            Some(1.0)
+        );
+        assert_eq!(
+            seen.get(Some("img"), Series::ErrorRatioCode(200)),
+            Some(0.0)
+        );
+        assert_eq!(seen.get(None, Series::Cpu), Some(1.0));
     }
 }

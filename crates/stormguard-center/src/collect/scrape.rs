@@ -1,22 +1,35 @@
 //! The scrape path: each listed instance's `/metrics` read over HTTP, and the increases
 //! since its previous scrape.
+//!
+//! Each instance's counters are stamped with the instant its body was read (from the
+//! collector's clock), not the round's: a target slow to answer has counted for longer, and
+//! dividing its increase by the round's interval would overstate its rates. At most
+//! [`MAX_CONCURRENT_SCRAPES`] scrapes run at once, whatever the number of targets.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use stormguard::advise::prometheus::exposition::parse;
+use stormguard::clock::Clock;
+use tokio::sync::Semaphore;
+
 use super::counters::{Counters, reading};
-use super::exposition::parse;
 use super::reading::Reading;
 use super::targets::ScrapeTargets;
 
 /// The largest `/metrics` body read; a larger one fails that instance's scrape.
 pub const MAX_SCRAPE_BYTES: usize = 8 * 1024 * 1024;
 
+/// The most scrapes in flight at once, over all services.
+pub const MAX_CONCURRENT_SCRAPES: usize = 64;
+
 /// The scrapes of one collector: the HTTP client and each instance's previous counters.
 #[derive(Debug)]
 pub(crate) struct Scraper {
     client: reqwest::Client,
+    clock: Clock,
+    permits: Semaphore,
     previous: Mutex<HashMap<(String, String), Previous>>,
 }
 
@@ -35,10 +48,13 @@ pub(crate) struct Scraped {
     pub(crate) window_seconds: f64,
     pub(crate) instances: usize,
     pub(crate) failures: Vec<String>,
+    /// Endpoints past [`MAX_ENDPOINTS`](super::MAX_ENDPOINTS), summed over the instances.
+    pub(crate) dropped_endpoints: usize,
 }
 
 impl Scraper {
-    pub(crate) fn new(timeout: Duration) -> Scraper {
+    /// Scrapes given `timeout` each, stamped by `clock`.
+    pub(crate) fn new(timeout: Duration, clock: Clock) -> Scraper {
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
@@ -46,6 +62,8 @@ impl Scraper {
             .unwrap_or_default();
         Scraper {
             client,
+            clock,
+            permits: Semaphore::new(MAX_CONCURRENT_SCRAPES),
             previous: Mutex::new(HashMap::new()),
         }
     }
@@ -57,13 +75,8 @@ impl Scraper {
         previous.retain(|(service, _), _| services.contains(service));
     }
 
-    /// Scrapes every listed instance of `service` at `now`.
-    pub(crate) async fn scrape(
-        &self,
-        targets: &ScrapeTargets,
-        service: &str,
-        now: Instant,
-    ) -> Scraped {
+    /// Scrapes every listed instance of `service`.
+    pub(crate) async fn scrape(&self, targets: &ScrapeTargets, service: &str) -> Scraped {
         let listed = targets.of(service);
         let reads = futures_util::future::join_all(
             listed
@@ -77,43 +90,48 @@ impl Scraper {
         let mut increases = Vec::new();
         let mut failures = Vec::new();
         let mut instances = 0;
+        let mut dropped_endpoints = 0;
         let mut window_seconds = 0.0f64;
         for ((instance, url), read) in listed.into_iter().zip(reads) {
-            let counters = match read {
-                Ok(counters) => counters,
+            let (counters, at) = match read {
+                Ok(read) => read,
                 Err(why) => {
                     failures.push(format!("{instance}: {why}"));
                     continue;
                 }
             };
             instances += 1;
+            dropped_endpoints += counters.dropped_endpoints();
             let key = (service.to_owned(), instance);
             if let Some(before) = previous.get(&key) {
-                // A new URL is a new process: its first scrape is a baseline.
-                if before.url == url && now > before.at {
-                    let seconds = now.duration_since(before.at).as_secs_f64();
-                    window_seconds = window_seconds.max(seconds);
-                    increases.push((counters.since(&before.counters), seconds));
+                // A new URL is a new process: its first scrape is a baseline; so is a
+                // restart's (`since` is then `None`).
+                if before.url == url && at > before.at {
+                    if let Some(increase) = counters.since(&before.counters) {
+                        let seconds = at.duration_since(before.at).as_secs_f64();
+                        window_seconds = window_seconds.max(seconds);
+                        increases.push((increase, seconds));
+                    }
                 }
             }
-            previous.insert(
-                key,
-                Previous {
-                    url,
-                    counters,
-                    at: now,
-                },
-            );
+            previous.insert(key, Previous { url, counters, at });
         }
         Scraped {
             reading: reading(&increases),
             window_seconds,
             instances,
             failures,
+            dropped_endpoints,
         }
     }
 
-    async fn fetch(&self, url: &str) -> Result<Counters, String> {
+    /// `url`'s counters and the instant its body was read.
+    async fn fetch(&self, url: &str) -> Result<(Counters, Instant), String> {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| "the collector stopped".to_owned())?;
         let mut response = self
             .client
             .get(url)
@@ -131,9 +149,10 @@ impl Scraper {
             }
             body.extend_from_slice(&chunk);
         }
+        let at = self.clock.now();
         let text = String::from_utf8(body).map_err(|_| format!("{url}: not UTF-8"))?;
         let samples = parse(&text).map_err(|e| format!("{url}: {e}"))?;
-        Ok(Counters::read(&samples))
+        Ok((Counters::read(&samples), at))
     }
 }
 

@@ -11,15 +11,37 @@
 //!
 //! The list is this replica's: behind a load balancer each replica scrapes the instances
 //! watching it.
+//!
+//! The operator's list wins: an announcement under the name of an instance the operator
+//! listed changes nothing (the watch itself goes on), and its end does not remove it.
+//!
+//! Announced URLs are input from the instances, so the list is bounded
+//! ([`MAX_TARGETS_PER_SERVICE`], [`MAX_TARGETS`]; an announcement beyond them refuses the
+//! watch, naming the limit). The center then sends GET requests to those URLs: any caller
+//! holding an instance token of a service can make the center fetch a URL of its choosing
+//! (no redirects followed, at most [`MAX_SCRAPE_BYTES`](super::MAX_SCRAPE_BYTES) read, the
+//! body never shown back beyond a parse error's line number). Where the center can reach
+//! what instances should not, issue instance tokens only to trusted instances, or list the
+//! targets with `--scrape` and do not announce.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::api::check_name;
 use crate::error::ApiError;
 
 /// The longest metrics URL an instance may announce, in bytes.
 pub const MAX_METRICS_URL: usize = 512;
+
+/// The most instances listed for one service.
+pub const MAX_TARGETS_PER_SERVICE: usize = 256;
+
+/// The most instances listed over all services.
+pub const MAX_TARGETS: usize = 4096;
+
+/// The generation of the operator's targets.
+const STATIC: u64 = 0;
 
 /// The metrics URLs of every service's instances. Cheap to clone: clones share the list.
 ///
@@ -84,16 +106,19 @@ impl Drop for Announced {
 }
 
 impl ScrapeTargets {
-    /// Lists `instance` of `service` at `url` until the center stops. An error names what is
-    /// wrong with the URL.
+    /// Lists `instance` of `service` at `url` until the center stops, in place of any
+    /// announcement of the same instance. An error names what is wrong with the names or
+    /// the URL, or the limit reached.
     pub fn add_static(&self, service: &str, instance: &str, url: &str) -> Result<(), ApiError> {
+        check_name("service", service)?;
+        check_name("instance", instance)?;
         check_url(url)?;
-        self.insert(service, instance, url, 0);
-        Ok(())
+        self.insert(service, instance, url, STATIC)
     }
 
-    /// Lists `instance` of `service` at `url` while the returned guard lives. An error names
-    /// what is wrong with the URL.
+    /// Lists `instance` of `service` at `url` while the returned guard lives, unless the
+    /// operator listed that instance (then nothing changes). An error names what is wrong
+    /// with the URL, or the limit reached.
     pub fn announce(
         &self,
         service: &str,
@@ -102,7 +127,7 @@ impl ScrapeTargets {
     ) -> Result<Announced, ApiError> {
         check_url(url)?;
         let generation = self.inner.next.fetch_add(1, Ordering::Relaxed) + 1;
-        self.insert(service, instance, url, generation);
+        self.insert(service, instance, url, generation)?;
         Ok(Announced {
             inner: self.inner.clone(),
             service: service.to_owned(),
@@ -111,12 +136,36 @@ impl ScrapeTargets {
         })
     }
 
-    fn insert(&self, service: &str, instance: &str, url: &str, generation: u64) {
+    fn insert(
+        &self,
+        service: &str,
+        instance: &str,
+        url: &str,
+        generation: u64,
+    ) -> Result<(), ApiError> {
         let mut services = self
             .inner
             .services
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        let listed = services.get(service).and_then(|i| i.get(instance));
+        if listed.is_some_and(|t| t.generation == STATIC && generation != STATIC) {
+            return Ok(());
+        }
+        if listed.is_none() {
+            let total: usize = services.values().map(BTreeMap::len).sum();
+            let of_service = services.get(service).map_or(0, BTreeMap::len);
+            if of_service >= MAX_TARGETS_PER_SERVICE {
+                return Err(ApiError::Conflict(format!(
+                    "service {service:?} already has {MAX_TARGETS_PER_SERVICE} metrics URLs listed, the most the center scrapes"
+                )));
+            }
+            if total >= MAX_TARGETS {
+                return Err(ApiError::Conflict(format!(
+                    "{MAX_TARGETS} metrics URLs are listed, the most the center scrapes"
+                )));
+            }
+        }
         services.entry(service.to_owned()).or_default().insert(
             instance.to_owned(),
             Target {
@@ -124,6 +173,7 @@ impl ScrapeTargets {
                 generation,
             },
         );
+        Ok(())
     }
 
     /// The services with at least one instance listed, in name order.
@@ -211,5 +261,61 @@ mod tests {
         }
         let long = format!("http://h/{}", "x".repeat(MAX_METRICS_URL));
         assert!(targets.add_static("web", "a", &long).is_err());
+        for (service, instance, what) in [("we b", "a", "service"), ("web", "", "instance")] {
+            let error = targets
+                .add_static(service, instance, "http://h/metrics")
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(what), "{error}");
+        }
+        assert!(targets.services().is_empty());
+    }
+
+    #[test]
+    fn the_operators_target_outlives_an_announcement_of_the_same_name() {
+        let targets = ScrapeTargets::default();
+        let operator = "http://127.0.0.1:1/metrics";
+        targets.add_static("web", "a", operator).unwrap();
+        let watch = targets
+            .announce("web", "a", "http://127.0.0.1:2/metrics")
+            .unwrap();
+        assert_eq!(targets.of("web")[0].1, operator);
+        drop(watch);
+        assert_eq!(targets.of("web"), [("a".to_owned(), operator.to_owned())]);
+    }
+
+    #[test]
+    fn announcements_past_the_limits_are_refused_naming_the_limit() {
+        let targets = ScrapeTargets::default();
+        let url = "http://127.0.0.1:1/metrics";
+        let watches: Vec<Announced> = (0..MAX_TARGETS_PER_SERVICE)
+            .map(|i| targets.announce("web", &format!("i{i}"), url).unwrap())
+            .collect();
+        let error = targets.announce("web", "one-more", url).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains(&MAX_TARGETS_PER_SERVICE.to_string()),
+            "{error}"
+        );
+        // The same instance announcing again replaces its entry: not one more.
+        let again = targets.announce("web", "i0", url).unwrap();
+        let mut others = Vec::new();
+        for s in 1..MAX_TARGETS / MAX_TARGETS_PER_SERVICE {
+            for i in 0..MAX_TARGETS_PER_SERVICE {
+                others.push(
+                    targets
+                        .announce(&format!("s{s}"), &format!("i{i}"), url)
+                        .unwrap(),
+                );
+            }
+        }
+        let error = targets.announce("last", "a", url).unwrap_err();
+        assert!(
+            error.to_string().contains(&MAX_TARGETS.to_string()),
+            "{error}"
+        );
+        drop((watches, again, others));
+        assert!(targets.services().is_empty());
     }
 }

@@ -47,7 +47,7 @@ const ERROR_RATIO: Measure = Measure {
     least_top: 0.1,
 };
 const P99: Measure = Measure {
-    title: "P99 latency",
+    title: "P99 attempt latency",
     class: "p99",
     format: seconds,
     least_top: 0.1,

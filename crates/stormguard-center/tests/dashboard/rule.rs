@@ -86,6 +86,7 @@ fn healthy_history(center: &stormguard_center::Center) {
                 threads: None,
                 instances: 1,
                 failures: Vec::new(),
+                dropped_endpoints: 0,
             },
         );
     }
@@ -203,7 +204,7 @@ async fn a_rule_fires_from_collected_metrics_and_shows_with_its_values() {
     let charts = browser
         .text(&format!(".downstream[data-endpoint='{EP}']"))
         .await;
-    for title in ["Error ratio", "P99 latency", "Attempts per request"] {
+    for title in ["Error ratio", "P99 attempt latency", "Attempts per request"] {
         assert!(charts.contains(title), "{charts}");
     }
     assert_eq!(

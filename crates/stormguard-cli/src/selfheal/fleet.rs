@@ -20,7 +20,7 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 use stormguard::admission::Refusal;
 use stormguard::breaker::StateChange;
 use stormguard::policy::PolicyFile;
@@ -29,6 +29,7 @@ use stormguard_tower::client::{
     CenterWatch, CenterWatchConfig, Client, ClientLayerBuilder, FALLBACK_HEADER, Fallback,
     FallbackFuture, FallbackRequest,
 };
+use stormguard_tower::metric_names::{ATTEMPT_DURATION, ATTEMPT_DURATION_BUCKETS};
 use stormguard_tower::observe::{
     AttemptEnd, AttemptStart, CallEnd, CallInfo, FallbackReason, HedgeEvent, Observer, Telemetry,
 };
@@ -260,7 +261,17 @@ impl Instance {
         timeline: &Arc<Timeline>,
     ) -> Result<Instance, String> {
         let name = format!("{SERVICE}-{}", index + 1);
-        let recorder = Arc::new(PrometheusBuilder::new().build_recorder());
+        // Bucket counts, not the exporter's default summary: a summary's P99 is over its
+        // own rolling minute and reads 0 when the window is empty.
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full(ATTEMPT_DURATION.to_owned()),
+                ATTEMPT_DURATION_BUCKETS,
+            )
+            .map_err(|e| format!("{name}: attempt-duration buckets: {e}"))?
+            .build_recorder();
+        let recorder = Arc::new(recorder);
+        metrics::with_local_recorder(&*recorder, stormguard_tower::observe::describe_metrics);
         let handle = recorder.handle();
         let metrics = serve(Router::new().route(
             "/metrics",

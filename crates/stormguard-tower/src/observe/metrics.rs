@@ -7,15 +7,24 @@ use stormguard::breaker::{BreakerState, StateChange};
 
 use super::{AttemptEnd, AttemptStart, CallEnd, CallInfo, FallbackReason, HedgeEvent};
 use crate::metric_names::{
-    ATTEMPT_DURATION, ATTEMPTS, BREAKER_STATE, BREAKER_TRANSITIONS, BUDGET_REFUSALS,
+    ATTEMPT_DURATION, ATTEMPTS, BREAKER_STATE, BREAKER_TRANSITIONS, BUDGET_REFUSALS, CPU_ALLOWANCE,
     DEADLINE_DROPS, DEADLINE_HEADER_ERRORS, FALLBACKS, HEDGES, REFUSALS, REQUESTS, RESPONSES,
     RETRIES, RETRY_DELAY,
 };
 
-/// Registers units and help texts for this crate's metrics with the installed recorder. Call
-/// it once after installing the recorder (an exporter then prints `# HELP` lines); the
-/// metrics are recorded whether or not it is called.
+/// Registers units and help texts for this crate's metrics with the installed recorder, and
+/// sets [`CPU_ALLOWANCE`] to the cores this process may use. Call it once after installing
+/// the recorder (an exporter then prints `# HELP` lines); the other metrics are recorded
+/// whether or not it is called, but without the allowance the policy center cannot tell
+/// what fraction of its CPU an instance uses.
 pub fn describe_metrics() {
+    describe_gauge!(
+        CPU_ALLOWANCE,
+        Unit::Count,
+        "CPU cores this process may use (available parallelism, cgroup quota included)."
+    );
+    #[allow(clippy::cast_precision_loss)]
+    gauge!(CPU_ALLOWANCE).set(cpu_allowance() as f64);
     describe_counter!(
         REQUESTS,
         Unit::Count,
@@ -70,6 +79,12 @@ pub fn describe_metrics() {
     );
     describe_histogram!(ATTEMPT_DURATION, Unit::Seconds, "Duration of each attempt.");
     describe_histogram!(RETRY_DELAY, Unit::Seconds, "Wait before each retry.");
+}
+
+/// The cores this process may use: `available_parallelism`, which reads the cgroup quota
+/// (one when it cannot be read).
+fn cpu_allowance() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
 fn endpoint(call: &CallInfo<'_>) -> String {
@@ -127,4 +142,20 @@ pub(super) fn hedge(call: &CallInfo<'_>, event: HedgeEvent) {
 
 pub(super) fn fallback(call: &CallInfo<'_>, reason: FallbackReason) {
     counter!(FALLBACKS, "endpoint" => endpoint(call), "reason" => reason.label()).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn describing_the_metrics_exposes_the_cpu_allowance() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, super::describe_metrics);
+        let text = handle.render();
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        assert!(
+            text.contains(&format!("process_cpu_allowance_cores {cores}\n")),
+            "{text}"
+        );
+    }
 }

@@ -127,13 +127,15 @@ lat_bucket{endpoint="quote \"q\"",le="+Inf"} 1 1700000000000
     assert_eq!(h["a"].quantile(0.5), Some(1.0));
     assert!(h.contains_key("quote \"q\""));
     for (bad, what) in [
+        ("lat_bucket{endpoint=\"a\",le=\"1\"} x", "is not a number"),
         (
-            "lat_bucket{endpoint=\"a\",le=\"1\"} x",
+            "lat_bucket{endpoint=\"a\",le=\"1\"} -1",
             "not a bucket count",
         ),
         ("lat_bucket{endpoint=\"a\"} 1", "without `le`"),
         ("lat_bucket{le=\"1\"} 1", "without the `endpoint` label"),
-        ("lat_bucket{endpoint=\"a} 1", "not closed"),
+        ("lat_bucket{endpoint=\"a} 1", "no closing quote"),
+        ("other{endpoint=a} 1", "expected =\"value\""),
     ] {
         let err = prometheus::parse(bad, "lat", "endpoint").unwrap_err();
         assert_eq!(err.line, 1);

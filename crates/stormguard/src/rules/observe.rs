@@ -23,7 +23,8 @@ pub enum Series {
     ErrorRatioClass(u8),
     /// Attempts answered with this status code / attempts that ended, 0..=1.
     ErrorRatioCode(u16),
-    /// The 99th percentile of the endpoint's call latency, in seconds.
+    /// The 99th percentile of the endpoint's attempt latency (each attempt, retries
+    /// included, not the whole call), in seconds.
     P99,
     /// CPU used by the busiest instance, as a fraction of what it may use, 0..=1.
     Cpu,

@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
 use stormguard::advise::prometheus::Histogram;
+use stormguard::advise::prometheus::api::{Labels, Points, instant_vector, range_matrix};
+use stormguard::advise::prometheus::exposition::parse_value;
 use stormguard::advise::timed::{Interval, WindowP99};
 use stormguard::advise::{MAX_LATENCY_SECS, Percentiles};
 
@@ -32,8 +33,8 @@ impl<'a> Server<'a> {
         Ok(Server { client, url, args })
     }
 
-    /// `data.result` of one API call, or an error naming the endpoint.
-    fn get(&self, api: &str, params: &[(&str, String)]) -> Result<Value, Failure> {
+    /// The body of one API call, and how to name the endpoint in an error.
+    fn get(&self, api: &str, params: &[(&str, String)]) -> Result<(String, String), Failure> {
         let endpoint = format!("{}/api/v1/{api}", self.url.trim_end_matches('/'));
         let body = self
             .client
@@ -42,7 +43,7 @@ impl<'a> Server<'a> {
             .send()
             .and_then(reqwest::blocking::Response::text)
             .map_err(|e| Failure::Usage(format!("{endpoint}: {e}")))?;
-        result(&body).map_err(|m| Failure::Usage(format!("{endpoint}: {m}")))
+        Ok((body, endpoint))
     }
 
     /// `{METRIC_bucket{SELECTOR}`.
@@ -68,8 +69,10 @@ impl<'a> Server<'a> {
             if let Some(t) = end {
                 params.push(("time", t.to_string()));
             }
-            let result = self.get("query", &params)?;
-            by_quantile.push(vector(&result, label).map_err(Failure::Usage)?);
+            let (body, endpoint) = self.get("query", &params)?;
+            let samples = instant_vector(&body)
+                .map_err(|e| Failure::Usage(format!("{endpoint}: the query failed: {e}")))?;
+            by_quantile.push(by_label(samples, label)?);
         }
         let mut out = BTreeMap::new();
         for name in by_quantile[0].keys() {
@@ -105,9 +108,8 @@ impl<'a> Server<'a> {
             buckets = self.buckets(),
         );
         let mut out: BTreeMap<String, Vec<WindowP99>> = BTreeMap::new();
-        for series in self.range(query, range, end, step)? {
-            let name = name(&series, &self.args.label)?;
-            let points = points(&series)?;
+        for (labels, points) in self.range(query, range, end, step)? {
+            let name = name(&labels, &self.args.label)?;
             let p99s = out.entry(name).or_default();
             for (t, v) in points {
                 if let (Some(p99), Some(start)) = (latency(v), unix(t - step as f64)) {
@@ -128,13 +130,14 @@ impl<'a> Server<'a> {
         let label = &self.args.label;
         let query = format!("sum by (le, {label}) (increase({}[3600s]))", self.buckets());
         let mut buckets: BTreeMap<(String, i64), Vec<(f64, f64)>> = BTreeMap::new();
-        for series in self.range(query, range, end, 3600)? {
-            let name = name(&series, label)?;
-            let le = series["metric"]["le"]
-                .as_str()
-                .and_then(number)
+        for (labels, points) in self.range(query, range, end, 3600)? {
+            let name = name(&labels, label)?;
+            let le = labels
+                .get("le")
+                .map(String::as_str)
+                .and_then(parse_value)
                 .ok_or_else(|| Failure::Usage("a bucket series without `le`".into()))?;
-            for (t, count) in points(&series)? {
+            for (t, count) in points {
                 if count.is_finite() && count >= 0.0 {
                     #[allow(clippy::cast_possible_truncation)]
                     buckets
@@ -165,7 +168,7 @@ impl<'a> Server<'a> {
         range: Duration,
         end: f64,
         step: u64,
-    ) -> Result<Vec<Value>, Failure> {
+    ) -> Result<Vec<(Labels, Points)>, Failure> {
         let points = (range.as_secs() / step).max(1);
         if points > MAX_POINTS {
             return Err(Failure::Usage(format!(
@@ -180,7 +183,7 @@ impl<'a> Server<'a> {
         let end = (end / step as f64).ceil() * step as f64;
         #[allow(clippy::cast_precision_loss)]
         let start = end - ((points - 1) * step) as f64;
-        let result = self.get(
+        let (body, endpoint) = self.get(
             "query_range",
             &[
                 ("query", query),
@@ -189,10 +192,8 @@ impl<'a> Server<'a> {
                 ("step", format!("{step}s")),
             ],
         )?;
-        result
-            .as_array()
-            .cloned()
-            .ok_or_else(|| Failure::Usage("the answer holds no result matrix".into()))
+        range_matrix(&body)
+            .map_err(|e| Failure::Usage(format!("{endpoint}: the query failed: {e}")))
     }
 }
 
@@ -205,68 +206,20 @@ pub(super) fn end_or_now(end: Option<f64>) -> f64 {
     })
 }
 
-/// `data.result` of a Prometheus API answer, or the error it holds.
-fn result(body: &str) -> Result<Value, String> {
-    let mut v: Value =
-        serde_json::from_str(body).map_err(|e| format!("not a Prometheus API answer: {e}"))?;
-    if v["status"] != "success" {
-        return Err(format!(
-            "the query failed: {}",
-            v["error"].as_str().unwrap_or("no error message")
-        ));
-    }
-    Ok(v["data"]["result"].take())
-}
-
-/// An instant-vector result, by the value of `label`.
-fn vector(result: &Value, label: &str) -> Result<BTreeMap<String, f64>, String> {
-    let result = result
-        .as_array()
-        .ok_or("the answer holds no result vector")?;
-    let mut out = BTreeMap::new();
-    for sample in result {
-        let (Some(name), Some(value)) = (
-            sample["metric"][label].as_str(),
-            sample["value"][1].as_str(),
-        ) else {
-            return Err(format!("a sample without the `{label}` label or a value"));
-        };
-        let value = number(value).ok_or_else(|| format!("{value:?} is not a number"))?;
-        out.insert(name.to_owned(), value);
-    }
-    Ok(out)
-}
-
-/// The `label` of a range-query series.
-fn name(series: &Value, label: &str) -> Result<String, Failure> {
-    series["metric"][label]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| Failure::Usage(format!("a series without the `{label}` label")))
-}
-
-/// The (Unix seconds, value) points of a range-query series.
-fn points(series: &Value) -> Result<Vec<(f64, f64)>, Failure> {
-    let bad = || Failure::Usage("a series point is not [time, \"value\"]".into());
-    series["values"]
-        .as_array()
-        .ok_or_else(bad)?
-        .iter()
-        .map(|p| {
-            let t = p[0].as_f64().ok_or_else(bad)?;
-            let v = p[1].as_str().and_then(number).ok_or_else(bad)?;
-            Ok((t, v))
-        })
+/// An instant vector's values by the value of `label`.
+fn by_label(samples: Vec<(Labels, f64)>, label: &str) -> Result<BTreeMap<String, f64>, Failure> {
+    samples
+        .into_iter()
+        .map(|(labels, value)| Ok((name(&labels, label)?, value)))
         .collect()
 }
 
-fn number(s: &str) -> Option<f64> {
-    match s {
-        "NaN" => Some(f64::NAN),
-        "+Inf" => Some(f64::INFINITY),
-        "-Inf" => Some(f64::NEG_INFINITY),
-        other => other.parse().ok(),
-    }
+/// The `label` of a series.
+fn name(labels: &Labels, label: &str) -> Result<String, Failure> {
+    labels
+        .get(label)
+        .cloned()
+        .ok_or_else(|| Failure::Usage(format!("a series without the `{label}` label")))
 }
 
 /// Seconds as a latency, when they can be one.
@@ -287,30 +240,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prometheus_answers_are_read_by_label() {
+    fn answers_are_read_by_label() {
         let body = r#"{"status":"success","data":{"resultType":"vector","result":[
             {"metric":{"endpoint":"GET /"},"value":[1700000000,"1.2"]},
             {"metric":{"endpoint":"POST /"},"value":[1700000000,"NaN"]}]}}"#;
-        let v = vector(&result(body).expect("success"), "endpoint").expect("a vector");
+        let Ok(v) = by_label(instant_vector(body).unwrap_or_default(), "endpoint") else {
+            panic!("a vector")
+        };
         assert_eq!(v["GET /"], 1.2);
         assert!(v["POST /"].is_nan());
-        let err = result(r#"{"status":"error","error":"parse error"}"#).expect_err("error");
-        assert!(err.contains("parse error"));
-        assert!(result("<html>").is_err());
-    }
-
-    #[test]
-    fn range_answers_are_read_as_points() {
-        let body = r#"{"status":"success","data":{"resultType":"matrix","result":[
-            {"metric":{"endpoint":"GET /","le":"0.5"},"values":[[1700000300,"0.2"],[1700000600,"NaN"]]}]}}"#;
-        let series = result(body).expect("success");
-        let series = series.as_array().expect("a matrix");
-        assert_eq!(name(&series[0], "endpoint").ok().as_deref(), Some("GET /"));
-        let Ok(p) = points(&series[0]) else {
-            panic!("points")
-        };
-        assert_eq!(p[0], (1_700_000_300.0, 0.2));
-        assert!(p[1].1.is_nan());
-        assert!(points(&serde_json::json!({"values": [["x", "1"]]})).is_err());
+        let missing = vec![(Labels::new(), 1.0)];
+        assert!(by_label(missing, "endpoint").is_err());
     }
 }

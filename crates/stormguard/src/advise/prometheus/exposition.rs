@@ -1,10 +1,11 @@
-//! The Prometheus text exposition format (version 0.0.4), read into samples.
+//! The Prometheus text exposition format (version 0.0.4), read into samples: the one reader
+//! of it, for `advise timeouts`' snapshot files and the policy center's scrapes alike.
 //!
-//! A small reader of our own rather than a crate: the center needs the samples only
-//! (names, labels, values; comments and `# TYPE` lines are skipped, the series names tell
-//! counters from histograms), and what an instance serves is input from the network, so
-//! every malformed line must be a typed error naming its line, never a panic. Timestamps
-//! are accepted and ignored: a scrape's instant is when the center read it.
+//! A small reader of our own rather than a crate: both need the samples only (names,
+//! labels, values; comments and `# TYPE` lines are skipped, the series names tell counters
+//! from histograms), and what an instance serves is input from the network, so every
+//! malformed line must be a typed error naming its line, never a panic. Timestamps are
+//! accepted and ignored: a scrape's instant is when it was read.
 
 use std::collections::BTreeMap;
 
@@ -48,16 +49,22 @@ pub enum ExpositionError {
 /// Reads every sample of `text`.
 ///
 /// ```
-/// use stormguard_center::collect::exposition::parse;
+/// use stormguard::advise::prometheus::exposition::parse;
 ///
 /// let samples = parse("# TYPE x counter\nx_total{code=\"504\"} 3\n")?;
 /// assert_eq!(samples[0].name, "x_total");
 /// assert_eq!(samples[0].label("code"), "504");
 /// assert_eq!(samples[0].value, 3.0);
 /// assert!(parse("x_total{code=504} 3").is_err());
-/// # Ok::<(), stormguard_center::collect::exposition::ExpositionError>(())
+/// # Ok::<(), stormguard::advise::prometheus::exposition::ExpositionError>(())
 /// ```
 pub fn parse(text: &str) -> Result<Vec<Sample>, ExpositionError> {
+    Ok(parse_lines(text)?.into_iter().map(|(_, s)| s).collect())
+}
+
+/// Reads every sample of `text` with its line number (from 1), for errors about a sample
+/// that is well formed but not what the reader needs.
+pub fn parse_lines(text: &str) -> Result<Vec<(usize, Sample)>, ExpositionError> {
     let mut samples = Vec::new();
     for (index, line) in text.lines().enumerate() {
         let line = line.trim_matches(|c| c == ' ' || c == '\t' || c == '\r');
@@ -71,7 +78,7 @@ pub fn parse(text: &str) -> Result<Vec<Sample>, ExpositionError> {
             line: index + 1,
             what,
         })?;
-        samples.push(sample);
+        samples.push((index + 1, sample));
     }
     Ok(samples)
 }
@@ -173,7 +180,16 @@ fn parse_labels<'a>(
     }
 }
 
-pub(crate) fn parse_value(text: &str) -> Option<f64> {
+/// A sample value or a label value such as `le`: a decimal or exponent number, `+Inf`,
+/// `Inf`, `-Inf` or `NaN` (not Rust's wider spellings, `inf` or `infinity`).
+///
+/// ```
+/// use stormguard::advise::prometheus::exposition::parse_value;
+/// assert_eq!(parse_value("+Inf"), Some(f64::INFINITY));
+/// assert_eq!(parse_value("1e3"), Some(1000.0));
+/// assert_eq!(parse_value("infinity"), None);
+/// ```
+pub fn parse_value(text: &str) -> Option<f64> {
     match text {
         "+Inf" | "Inf" => Some(f64::INFINITY),
         "-Inf" => Some(f64::NEG_INFINITY),
@@ -193,7 +209,7 @@ fn cut(text: &str) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use proptest::prelude::*;
 

@@ -11,12 +11,20 @@
 //! other label, like `sum by (le, endpoint)`. The quantile interpolates linearly inside the
 //! bucket where the rank falls, with the first bucket starting at 0 and a rank in the `+Inf`
 //! bucket answered with the highest finite bound — so the same counts give the same answer
-//! from a snapshot file as from a Prometheus server.
+//! from a snapshot file as from a Prometheus server, and the policy center's P99 from its
+//! scrapes the same as from Prometheus.
+//!
+//! The text format itself is read by [`exposition`]; the JSON of Prometheus's query API by
+//! [`api`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{AdviseError, Percentiles};
+use exposition::ExpositionError;
+
+pub mod api;
+pub mod exposition;
 
 /// A cumulative histogram: (upper bound in seconds, count of observations at or below it),
 /// by increasing bound, the last `+Inf`.
@@ -66,12 +74,23 @@ impl Histogram {
         if !(0.0..=1.0).contains(&q) {
             return None;
         }
-        let rank = q * observations;
-        let b = self.buckets.iter().position(|(_, c)| *c >= rank)?;
-        if b == self.buckets.len() - 1 {
-            return Some(self.buckets[b - 1].0);
+        // Counts are cumulative, but a scrape racing an observation (or rates of counters
+        // read apart) can make them dip: keep them monotonic, as Prometheus does.
+        let mut highest = 0.0f64;
+        let buckets: Vec<(f64, f64)> = self
+            .buckets
+            .iter()
+            .map(|&(le, count)| {
+                highest = highest.max(count);
+                (le, highest)
+            })
+            .collect();
+        let rank = q * highest;
+        let b = buckets.iter().position(|(_, c)| *c >= rank)?;
+        if b == buckets.len() - 1 {
+            return Some(buckets[b - 1].0);
         }
-        let (end, mut count) = self.buckets[b];
+        let (end, mut count) = buckets[b];
         let (start, mut rank) = (0.0, rank);
         let start = if b == 0 {
             if end <= 0.0 {
@@ -79,7 +98,7 @@ impl Histogram {
             }
             start
         } else {
-            let (prev_le, prev_count) = self.buckets[b - 1];
+            let (prev_le, prev_count) = buckets[b - 1];
             count -= prev_count;
             rank -= prev_count;
             prev_le
@@ -144,6 +163,9 @@ impl super::timed::Latencies for Histogram {
 
 /// The histograms of `metric` (its `_bucket` series) in `text`, by the value of `label`.
 ///
+/// The whole text must be the exposition format ([`exposition::parse`]): a malformed line
+/// of another series is an error too, naming its line.
+///
 /// ```
 /// use stormguard::advise::prometheus::parse;
 /// let text = "m_bucket{endpoint=\"GET /\",le=\"0.5\"} 3\nm_bucket{endpoint=\"GET /\",le=\"+Inf\"} 4\n";
@@ -157,100 +179,47 @@ pub fn parse(
     label: &str,
 ) -> Result<BTreeMap<String, Histogram>, AdviseError> {
     let series = format!("{metric}_bucket");
+    let samples = exposition::parse_lines(text).map_err(|e| match e {
+        ExpositionError::Line { line, what } => AdviseError::at(line, what),
+        too_many @ ExpositionError::TooManySamples => AdviseError::at(0, too_many.to_string()),
+    })?;
     let mut out: BTreeMap<String, Histogram> = BTreeMap::new();
-    for (index, line) in text.lines().enumerate() {
-        let n = index + 1;
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let name_end = line
-            .find(|c: char| c == '{' || c.is_whitespace())
-            .unwrap_or(line.len());
-        if line[..name_end] != series {
-            continue;
-        }
-        let (labels, rest) = if line[name_end..].starts_with('{') {
-            labels(&line[name_end + 1..]).map_err(|m| AdviseError::at(n, m))?
-        } else {
-            (Vec::new(), &line[name_end..])
-        };
-        let value = rest
-            .split_whitespace()
-            .next()
-            .ok_or_else(|| AdviseError::at(n, "a sample without a value"))?;
-        let count = parse_float(value)
+    for (n, sample) in samples.iter().filter(|(_, s)| s.name == series) {
+        let count = Some(sample.value)
             .filter(|c| c.is_finite() && *c >= 0.0)
-            .ok_or_else(|| AdviseError::at(n, format!("{value:?} is not a bucket count")))?;
-        let find = |key: &str| {
-            labels
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.as_str())
-        };
-        let le = find("le").ok_or_else(|| AdviseError::at(n, "a bucket without `le`"))?;
-        let le = parse_float(le)
+            .ok_or_else(|| {
+                AdviseError::at(*n, format!("{} is not a bucket count", sample.value))
+            })?;
+        let le = sample
+            .labels
+            .get("le")
+            .ok_or_else(|| AdviseError::at(*n, "a bucket without `le`"))?;
+        let le = exposition::parse_value(le)
             .filter(|v| !v.is_nan())
-            .ok_or_else(|| AdviseError::at(n, format!("le {le:?} is not a number")))?;
-        let Some(endpoint) = find(label) else {
+            .ok_or_else(|| AdviseError::at(*n, format!("le {le:?} is not a number")))?;
+        let Some(endpoint) = sample.labels.get(label) else {
             return Err(AdviseError::at(
-                n,
+                *n,
                 format!("a bucket without the `{label}` label"),
             ));
         };
-        out.entry(endpoint.to_owned()).or_default().add(le, count);
+        out.entry(endpoint.clone()).or_default().add(le, count);
     }
     Ok(out)
-}
-
-fn parse_float(s: &str) -> Option<f64> {
-    match s {
-        "+Inf" | "Inf" => Some(f64::INFINITY),
-        "-Inf" => Some(f64::NEG_INFINITY),
-        "NaN" => Some(f64::NAN),
-        _ => s.parse().ok(),
-    }
-}
-
-/// A series' labels: (name, value) pairs.
-type Labels = Vec<(String, String)>;
-
-/// The labels of `{a="1",b="2"} …` (the text after the `{`), and the rest after the `}`.
-fn labels(mut s: &str) -> Result<(Labels, &str), String> {
-    let mut out = Vec::new();
-    loop {
-        s = s.trim_start();
-        if let Some(rest) = s.strip_prefix('}') {
-            return Ok((out, rest));
-        }
-        let eq = s.find('=').ok_or("a label without `=`")?;
-        let key = s[..eq].trim().to_owned();
-        s = s[eq + 1..].trim_start();
-        s = s.strip_prefix('"').ok_or("a label value is quoted")?;
-        let mut value = String::new();
-        let mut chars = s.char_indices();
-        let end = loop {
-            match chars.next() {
-                None => return Err("a label value is not closed".to_owned()),
-                Some((i, '"')) => break i,
-                Some((_, '\\')) => match chars.next() {
-                    Some((_, 'n')) => value.push('\n'),
-                    Some((_, c)) => value.push(c),
-                    None => return Err("a label value is not closed".to_owned()),
-                },
-                Some((_, c)) => value.push(c),
-            }
-        };
-        out.push((key, value));
-        s = s[end + 1..].trim_start();
-        s = s.strip_prefix(',').unwrap_or(s);
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::Histogram;
     use crate::advise::timed::Latencies as _;
+
+    #[test]
+    fn a_dip_in_cumulative_counts_is_read_as_no_observation() {
+        // 10 at or below 0.1, a racing read says 9 at or below 0.5: 0 between them.
+        let h = Histogram::new([(0.1, 10.0), (0.5, 9.0), (1.0, 20.0), (f64::INFINITY, 20.0)]);
+        assert!((h.quantile(0.75).expect("a quantile") - 0.75).abs() < 1e-9);
+        assert_eq!(h.quantile(0.5), Some(0.1));
+    }
 
     #[test]
     fn histograms_with_different_bounds_merge_by_what_each_saw_at_or_below() {
