@@ -20,55 +20,8 @@ use stormguard::clock::ManualClock;
 use stormguard::rules::{Series, Verdict};
 use stormguard_center::{CollectConfig, Collector, RuleRunner};
 use stormguard_tower::client::{CenterWatch, CenterWatchConfig};
+use support::metrics_page::MetricsPage;
 use support::{TestCenter, attempts, client_stack};
-
-/// One instance's `/metrics`, written by the test.
-#[derive(Clone, Default)]
-struct Instance {
-    page: Arc<Mutex<String>>,
-    /// Moved forward by this much while the page is served: a slow target.
-    slow: Arc<Mutex<Option<(ManualClock, Duration)>>>,
-}
-
-impl Instance {
-    /// Serves the page on 127.0.0.1; returns its URL.
-    async fn serve(&self) -> String {
-        let (page, slow) = (self.page.clone(), self.slow.clone());
-        let router = Router::new().route(
-            "/metrics",
-            get(move || {
-                if let Some((clock, by)) = slow.lock().unwrap().take() {
-                    clock.advance(by);
-                }
-                let page = page.clone();
-                async move { page.lock().unwrap().clone() }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        format!("http://{addr}/metrics")
-    }
-
-    /// The counters after `ok` calls answered 200 and `failed` calls that got 504 on each
-    /// of their 3 attempts.
-    fn set(&self, ok: u64, failed: u64) {
-        let attempts = ok + 3 * failed;
-        *self.page.lock().unwrap() = format!(
-            "# TYPE stormguard_requests_total counter\n\
-             stormguard_requests_total{{endpoint=\"default\",outcome=\"succeeded\"}} {ok}\n\
-             stormguard_requests_total{{endpoint=\"default\",outcome=\"attempts_exhausted\"}} {failed}\n\
-             stormguard_attempts_total{{endpoint=\"default\"}} {attempts}\n\
-             stormguard_responses_total{{endpoint=\"default\",code=\"200\"}} {ok}\n\
-             stormguard_responses_total{{endpoint=\"default\",code=\"504\"}} {f3}\n\
-             stormguard_attempt_duration_seconds_bucket{{endpoint=\"default\",le=\"0.1\"}} {ok}\n\
-             stormguard_attempt_duration_seconds_bucket{{endpoint=\"default\",le=\"1\"}} {attempts}\n\
-             stormguard_attempt_duration_seconds_bucket{{endpoint=\"default\",le=\"+Inf\"}} {attempts}\n\
-             process_resident_memory_bytes 4096\n",
-            f3 = 3 * failed
-        );
-    }
-}
 
 fn rule() -> serde_json::Value {
     json!({
@@ -127,9 +80,9 @@ async fn watch(center: &TestCenter, instance: &str, metrics: &str) -> CenterWatc
 #[tokio::test]
 async fn scraped_increases_fire_the_rule_and_its_revert() {
     let (center, collector, clock) = setup().await;
-    let (one, two) = (Instance::default(), Instance::default());
-    one.set(100, 0);
-    two.set(50, 0);
+    let (one, two) = (MetricsPage::default(), MetricsPage::default());
+    one.set("default", 100, 0);
+    two.set("default", 50, 0);
     let one_url = one.serve().await;
     let two_url = two.serve().await;
     let watching = watch(&center, "web-1", &one_url).await;
@@ -148,8 +101,8 @@ async fn scraped_increases_fire_the_rule_and_its_revert() {
     assert_eq!(round.error_ratio("default"), None);
 
     // web-1: 20 calls, 10 of them 504 on all 3 attempts; web-2: 20 good calls.
-    one.set(110, 10);
-    two.set(70, 0);
+    one.set("default", 110, 10);
+    two.set("default", 70, 0);
     let second = collector.round(at(1)).await;
     let round = second[0].round.clone().unwrap();
     let seen = &round.observations;
@@ -174,8 +127,8 @@ async fn scraped_increases_fire_the_rule_and_its_revert() {
         "held 0 s of 2 s"
     );
 
-    one.set(120, 20);
-    two.set(90, 0);
+    one.set("default", 120, 20);
+    two.set("default", 90, 0);
     let third = collector.round(at(3)).await;
     let events = third[0].events.as_ref().unwrap();
     assert_eq!(events.len(), 1);
@@ -185,8 +138,8 @@ async fn scraped_increases_fire_the_rule_and_its_revert() {
     );
 
     // The 504s stop: the condition clears, and after exit_for the rule reverts.
-    one.set(150, 20);
-    two.set(110, 0);
+    one.set("default", 150, 20);
+    two.set("default", 110, 0);
     assert!(
         collector.round(at(4)).await[0]
             .events
@@ -194,8 +147,8 @@ async fn scraped_increases_fire_the_rule_and_its_revert() {
             .unwrap()
             .is_empty()
     );
-    one.set(180, 20);
-    two.set(130, 0);
+    one.set("default", 180, 20);
+    two.set("default", 130, 0);
     let reverted = collector.round(at(6)).await;
     let events = reverted[0].events.as_ref().unwrap();
     assert_eq!(
@@ -223,8 +176,8 @@ async fn scraped_increases_fire_the_rule_and_its_revert() {
 #[tokio::test]
 async fn a_slow_target_is_read_over_the_time_until_its_page_was_read() {
     let (center, collector, clock) = setup().await;
-    let slow = Instance::default();
-    slow.set(0, 0);
+    let slow = MetricsPage::default();
+    slow.set("default", 0, 0);
     let url = slow.serve().await;
     center
         .center
@@ -233,8 +186,8 @@ async fn a_slow_target_is_read_over_the_time_until_its_page_was_read() {
         .unwrap();
     collector.round(at(&clock, 0)).await;
     // The round starts at 1 s; the page is read a second later, 20 calls since the first.
-    slow.set(20, 0);
-    *slow.slow.lock().unwrap() = Some((clock.clone(), Duration::from_secs(1)));
+    slow.set("default", 20, 0);
+    slow.slow_once(&clock, Duration::from_secs(1));
     let rounds = collector.round(at(&clock, 1)).await;
     let round = rounds[0].round.clone().unwrap();
     assert_eq!(round.window_seconds, 2.0);
@@ -244,9 +197,9 @@ async fn a_slow_target_is_read_over_the_time_until_its_page_was_read() {
 #[tokio::test]
 async fn a_page_that_is_not_the_exposition_format_fails_its_instance_only() {
     let (center, collector, _) = setup().await;
-    let (good, bad) = (Instance::default(), Instance::default());
-    good.set(10, 0);
-    *bad.page.lock().unwrap() = "ok 1\n<html>oops</html>\n".to_owned();
+    let (good, bad) = (MetricsPage::default(), MetricsPage::default());
+    good.set("default", 10, 0);
+    bad.set_text("ok 1\n<html>oops</html>\n");
     let targets = center.center.scrape_targets();
     targets
         .add_static("web", "good", &good.serve().await)

@@ -5,58 +5,16 @@
 //! Rules tab shows the firing with the values the collector read, and the overview charts
 //! the downstream.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::routing::get;
 use serde_json::json;
 use stormguard::rules::{Observations, Series, Verdict};
 use stormguard_center::{CollectConfig, Collector, EndpointTraffic, Round, RuleRunner};
 
 use super::browser::{Browser, PAGE_WAIT};
 use super::{EP, center_with_web, web_instance_with};
-
-/// The instance's `/metrics`, as the client stack would write it.
-#[derive(Clone, Default)]
-struct Metrics {
-    page: Arc<Mutex<String>>,
-}
-
-impl Metrics {
-    async fn serve(&self) -> String {
-        let page = self.page.clone();
-        let router = Router::new().route(
-            "/metrics",
-            get(move || {
-                let page = page.clone();
-                async move { page.lock().unwrap().clone() }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        format!("http://{addr}/metrics")
-    }
-
-    /// The counters after `ok` calls answered 200 at the first attempt and `failed` calls
-    /// that got 504 on each of their 3 attempts (the slow ones).
-    fn set(&self, ok: u64, failed: u64) {
-        let attempts = ok + 3 * failed;
-        *self.page.lock().unwrap() = format!(
-            "# TYPE stormguard_requests_total counter\n\
-             stormguard_requests_total{{endpoint=\"{EP}\",outcome=\"succeeded\"}} {ok}\n\
-             stormguard_requests_total{{endpoint=\"{EP}\",outcome=\"attempts_exhausted\"}} {failed}\n\
-             stormguard_attempts_total{{endpoint=\"{EP}\"}} {attempts}\n\
-             stormguard_responses_total{{endpoint=\"{EP}\",code=\"200\"}} {ok}\n\
-             stormguard_responses_total{{endpoint=\"{EP}\",code=\"504\"}} {f3}\n\
-             stormguard_attempt_duration_seconds_bucket{{endpoint=\"{EP}\",le=\"0.1\"}} {ok}\n\
-             stormguard_attempt_duration_seconds_bucket{{endpoint=\"{EP}\",le=\"0.5\"}} {attempts}\n\
-             stormguard_attempt_duration_seconds_bucket{{endpoint=\"{EP}\",le=\"+Inf\"}} {attempts}\n",
-            f3 = 3 * failed
-        );
-    }
-}
+use crate::support::metrics_page::MetricsPage;
 
 /// Two minutes of healthy rounds before the test's own, one every 5 s, so that the charts
 /// show the incident against a baseline (the collector stamps its rounds with the wall
@@ -98,8 +56,8 @@ async fn a_rule_fires_from_collected_metrics_and_shows_with_its_values() {
         return;
     };
     let center = center_with_web().await;
-    let metrics = Metrics::default();
-    metrics.set(1000, 0);
+    let metrics = MetricsPage::default();
+    metrics.set(EP, 1000, 0);
     let url = metrics.serve().await;
     let (layer, watch) = web_instance_with(&center, "web-1", Some(&url)).await;
     let rule = json!({
@@ -147,7 +105,7 @@ async fn a_rule_fires_from_collected_metrics_and_shows_with_its_values() {
         if second > 0 {
             ok += 60;
             failed += 40;
-            metrics.set(ok, failed);
+            metrics.set(EP, ok, failed);
         }
         let rounds = collector.round(t0 + Duration::from_secs(second)).await;
         let web = rounds.iter().find(|c| c.service == "web").unwrap();
@@ -172,7 +130,7 @@ async fn a_rule_fires_from_collected_metrics_and_shows_with_its_values() {
     );
     // The switch to the backup: no more 504s, one attempt per call.
     ok += 100;
-    metrics.set(ok, failed);
+    metrics.set(EP, ok, failed);
     collector.round(t0 + Duration::from_secs(7)).await;
 
     browser.refresh().await;

@@ -8,6 +8,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use stormguard_center::{Center, CenterConfig, Role, Store};
 
+pub mod metrics_page;
+
 /// A running center: its address, its state, an admin, an editor and a viewer token.
 pub struct TestCenter {
     pub addr: SocketAddr,
