@@ -27,8 +27,9 @@
 //!   go on (the calls form no cycle — a failed call is [`World::fail_call`], apart from
 //!   the successful end — so all of them are inlined into one loop); only a reply going up
 //!   to the caller is a step, which bounds the native stack whatever the graph's depth;
-//! - the faults in force at a service are kept until their next change point
-//!   ([`faults`]), and each call of the graph carries its per-try timeout in nanoseconds;
+//! - the faults in force at a service are kept until their next change point ([`faults`]),
+//!   and read once for a request that gets a worker as it arrives; each call of the graph
+//!   carries its per-try timeout in nanoseconds;
 //! - latencies are counted in buckets of our own and handed to the HDR histogram only for
 //!   the report ([`latency`](super::latency));
 //! - slab slots are written and dropped where they lie, never copied in or out (a request
@@ -458,7 +459,7 @@ impl<'p> World<'p> {
                     self.full("too many requests in flight");
                     return (None, None);
                 };
-                let end = begin_work(now, n, state, &mut self.rng, r);
+                let end = begin_work(now, n, state, active, &mut self.rng, r);
                 // Work that ends in time and calls nothing: its answer is known to come then.
                 let known = (!r.cut && n.edges.is_empty()).then_some(end);
                 self.queue.push(end, pack(DONE, slot, generation));
@@ -508,7 +509,8 @@ impl<'p> World<'p> {
         let r = self.requests.get_mut(slot)?;
         let node = model.nodes.get(r.node as usize)?;
         let state = self.state.get_mut(r.service as usize)?;
-        let end = begin_work(now, node, state, &mut self.rng, r);
+        let active = state.faults.at(now);
+        let end = begin_work(now, node, state, active, &mut self.rng, r);
         self.queue.push(end, pack(DONE, slot, r.generation));
         Some(())
     }
@@ -599,18 +601,19 @@ impl<'p> World<'p> {
     }
 }
 
-/// `r` gets a worker of `state` at `now`: draws its work (the faults in force stretch it)
-/// and returns when it ends, cut at its deadline; `r` is made ready to make its node's calls.
+/// `r` gets a worker of `state` at `now`: draws its work (the faults in force at `now`,
+/// `active`, stretch it) and returns when it ends, cut at its deadline; `r` is made ready
+/// to make its node's calls.
 #[inline(always)]
 fn begin_work(
     now: Nanos,
     node: &Node,
     state: &mut ServiceState,
+    active: faults::Active,
     rng: &mut SmallRng,
     r: &mut Request,
 ) -> Nanos {
     let mut work = node.work.sample(rng);
-    let active = state.faults.at(now);
     if active.scale != 1.0 {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let scaled = (work as f64 * active.scale).min(Nanos::MAX as f64) as Nanos;
