@@ -60,9 +60,11 @@ use crate::queue::{EventQueue, pack};
 use crate::slab::Slab;
 use crate::time::{Nanos, duration};
 use faults::Faults;
+use fifo::Fifo;
 
 mod calls;
 mod faults;
+mod fifo;
 
 pub(super) const ARRIVAL: u8 = 0;
 pub(super) const DONE: u8 = 1;
@@ -168,7 +170,7 @@ pub(super) struct World<'p> {
     /// sending order (so in deadline order): `(deadline, call, token)`. One `TIMER` event
     /// per call of the graph stands for all of them, so an attempt answered in time costs no
     /// event of its own.
-    timers: Vec<VecDeque<(Nanos, u32, u32)>>,
+    timers: Vec<Fifo>,
     /// When each call of the graph's `TIMER` event is due ([`NEVER`]: none is scheduled).
     armed: Vec<Nanos>,
     /// A slab that could not take another request or call: the event ends the run with it.
@@ -209,7 +211,7 @@ impl<'p> World<'p> {
             queue: EventQueue::with_capacity(4096),
             rng,
             steps: Vec::with_capacity(64),
-            timers: model.edges.iter().map(|_| VecDeque::new()).collect(),
+            timers: model.edges.iter().map(|_| Fifo::default()).collect(),
             armed: vec![NEVER; model.edges.len()],
             tokens: 0,
             generations: 0,
@@ -355,7 +357,7 @@ impl<'p> World<'p> {
             *armed = NEVER;
         }
         loop {
-            let front = self.timers.get(e).and_then(|f| f.front().copied());
+            let front = self.timers.get(e).and_then(Fifo::front);
             match front {
                 Some((at, call, token)) if at <= now => {
                     if let Some(fifo) = self.timers.get_mut(e) {
