@@ -26,9 +26,9 @@ pub(super) enum Work {
     /// A histogram: a request takes the upper bound of a bucket drawn by its count.
     Buckets {
         /// Cumulative counts.
-        cumulative: Vec<u64>,
+        cumulative: Box<[u64]>,
         /// Upper bounds.
-        bounds: Vec<Nanos>,
+        bounds: Box<[Nanos]>,
     },
     /// Percentiles: the quantile function through `(0, 0)`, each known `(q, pq)` and
     /// `(1, the last known)`, linear in between, tabulated at every 1/1000 (the known
