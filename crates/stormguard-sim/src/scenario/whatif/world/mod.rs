@@ -278,7 +278,9 @@ impl<'p> World<'p> {
     /// Handles a `DONE`, `RETRY` or `TIMEOUT` event and everything that follows from it.
     ///
     /// Nearly every event of a run comes here, so this is the one place the step loop is
-    /// inlined into.
+    /// inlined into; and it is inlined into the run's loop, its one caller, so that an
+    /// event costs no call and no saving and restoring of registers.
+    #[inline(always)]
     pub(super) fn handle(
         &mut self,
         now: Nanos,
