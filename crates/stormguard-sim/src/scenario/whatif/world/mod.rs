@@ -232,6 +232,11 @@ impl<'p> World<'p> {
         }
     }
 
+    /// Where the current time bin ends: [`tick`](World::tick) has nothing to do before.
+    pub(super) fn bin_end(&self) -> Nanos {
+        self.bin_end
+    }
+
     /// Closes the bins of every service up to the one holding `now`.
     #[cold]
     fn next_bin(&mut self, now: Nanos) {
