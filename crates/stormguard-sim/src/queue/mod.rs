@@ -7,7 +7,7 @@
 //! event once, in the bucket of its instant — a shift, a mask and a vector push — and pops
 //! it from a short sorted *run*: when the run is empty, the next occupied bucket (found
 //! through a two-level occupancy map) is sorted into it; it holds a few events. Events
-//! beyond the wheel's horizon go to a [radix heap](radix) (bytes of the time as digits),
+//! beyond the wheel's horizon go to a radix heap (bytes of the time as digits),
 //! which takes any time and hands them back, in order, as the wheel comes to them.
 //!
 //! Why not `std::collections::BinaryHeap`: with 16-byte events its pop is a sift over
