@@ -34,8 +34,8 @@
 //! # Engine
 //!
 //! Virtual time is a `u64` of nanoseconds ([`time`]). Pending events are 16 bytes (time and a
-//! packed payload) in a monotone radix heap ([`queue`]) that pops them in exact (time,
-//! payload) order; per-request state lives in slots reused through a free list
+//! packed payload) in a timing wheel backed by a monotone radix heap ([`queue`]) that pops
+//! them in exact (time, payload) order; per-request state lives in slots reused through a free list
 //! ([`slab`]), so memory follows requests *in flight* plus bins ([`bins`]), never the total
 //! number of events. Randomness is a seeded [`SmallRng`](rand::rngs::SmallRng) per
 //! independent stream ([`rng`]): the same `seed` gives byte-identical results.

@@ -86,7 +86,11 @@ impl<T> Slab<T> {
         };
         self.free = next;
         self.len += 1;
-        *slot = Entry::Taken(value);
+        // Replaced, not assigned: an assignment would run the drop glue of the free entry
+        // it overwrites (an out-of-line call for a value with a `Drop`), which has nothing
+        // to drop.
+        let free = std::mem::replace(slot, Entry::Taken(value));
+        std::mem::forget(free);
         match slot {
             Entry::Taken(value) => Some((id, value)),
             Entry::Free { .. } => None,

@@ -362,19 +362,30 @@ pub fn run(
     let drain_until = run_for.saturating_add(run_for.max(DRAIN * NANOS_PER_SEC));
     let mut queued = None;
     let mut clock_next = 0;
+    // The earliest instant at which any of the checks below has something to do: an event
+    // before it passes them all with one comparison.
+    let mut checkpoint = 0;
     while let Some((now, payload)) = w.queue.pop() {
-        if now >= run_for && queued.is_none() {
-            queued = Some(w.queued());
-        }
-        if now >= drain_until {
-            break;
+        if now >= checkpoint {
+            if now >= run_for && queued.is_none() {
+                queued = Some(w.queued());
+            }
+            if now >= drain_until {
+                break;
+            }
+            if now >= clock_next {
+                vclock.advance_to(now);
+                clock_next = now.saturating_add(CLOCK_RESOLUTION);
+            }
+            w.tick(now);
+            let end_of_run = if queued.is_none() {
+                run_for
+            } else {
+                Nanos::MAX
+            };
+            checkpoint = clock_next.min(w.bin_end()).min(drain_until).min(end_of_run);
         }
         events += 1;
-        if now >= clock_next {
-            vclock.advance_to(now);
-            clock_next = now.saturating_add(CLOCK_RESOLUTION);
-        }
-        w.tick(now);
         let (kind, slot, operand) = unpack(payload);
         match kind {
             ARRIVAL => {

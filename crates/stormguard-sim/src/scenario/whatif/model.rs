@@ -26,17 +26,18 @@ pub(super) enum Work {
     /// A histogram: a request takes the upper bound of a bucket drawn by its count.
     Buckets {
         /// Cumulative counts.
-        cumulative: Vec<u64>,
+        cumulative: Box<[u64]>,
         /// Upper bounds.
-        bounds: Vec<Nanos>,
+        bounds: Box<[Nanos]>,
     },
     /// Percentiles: the quantile function through `(0, 0)`, each known `(q, pq)` and
     /// `(1, the last known)`, linear in between, tabulated at every 1/1000 (the known
     /// quantiles 0.5, 0.9, 0.99 and 0.999 fall on table points, so linear interpolation
     /// between table points is exact). Each entry is a table point and the step to the
     /// next, as the floating-point numbers the interpolation computes with (so a draw does
-    /// no integer conversion of them).
-    Quantiles(Box<[(f64, f64)]>),
+    /// no integer conversion of them). A fixed-size array, so that reading the entry of a
+    /// draw needs no bounds check.
+    Quantiles(Box<[(f64, f64); TABLE]>),
 }
 
 impl Work {
@@ -72,15 +73,13 @@ impl Work {
                 let points: Vec<Nanos> = (0..=TABLE)
                     .map(|k| quantile(&knots, k).min(MAX_POINT))
                     .collect();
-                Work::Quantiles(
-                    points
-                        .windows(2)
-                        .map(|w| match *w {
-                            [a, b] => (a as f64, b as f64 - a as f64),
-                            _ => (0.0, 0.0),
-                        })
-                        .collect(),
-                )
+                let mut table = Box::new([(0.0, 0.0); TABLE]);
+                for (entry, w) in table.iter_mut().zip(points.windows(2)) {
+                    if let [a, b] = *w {
+                        *entry = (a as f64, b as f64 - a as f64);
+                    }
+                }
+                Work::Quantiles(table)
             }
             _ => Work::Zero,
         }
@@ -107,9 +106,7 @@ impl Work {
                 let x = crate::rng::unit(rng) * TABLE as f64;
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 let i = (x as i64 as usize).min(TABLE - 1);
-                let Some(&(v0, step)) = table.get(i) else {
-                    return 0;
-                };
+                let (v0, step) = table[i];
                 let t = x - i as f64;
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 let v = (v0 + t * step).max(0.0) as i64 as Nanos;

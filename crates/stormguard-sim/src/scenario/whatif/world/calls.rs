@@ -15,7 +15,7 @@ impl World<'_> {
         let Some(fifo) = self.timers.get_mut(e) else {
             return;
         };
-        while let Some(&(at, call, token)) = fifo.front() {
+        while let Some((at, call, token)) = fifo.front() {
             if self.calls.get(call).is_some_and(|c| c.token == token) {
                 self.queue.push(at, pack(TIMER, e as u32, 0));
                 if let Some(armed) = self.armed.get_mut(e) {

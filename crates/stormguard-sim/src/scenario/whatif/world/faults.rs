@@ -1,5 +1,5 @@
-//! The faults in force at one service, read twice per request (when it arrives and when it
-//! starts work).
+//! The faults in force at one service, read when a request arrives (a request that gets a
+//! worker at once starts work with what was read then; one that waited reads them again).
 //!
 //! A service's injections change what is in force only at their starts and ends, and the
 //! event loop's time never goes back, so the faults in force are worked out once per change

@@ -27,8 +27,9 @@
 //!   go on (the calls form no cycle — a failed call is [`World::fail_call`], apart from
 //!   the successful end — so all of them are inlined into one loop); only a reply going up
 //!   to the caller is a step, which bounds the native stack whatever the graph's depth;
-//! - the faults in force at a service are kept until their next change point
-//!   ([`faults`]), and each call of the graph carries its per-try timeout in nanoseconds;
+//! - the faults in force at a service are kept until their next change point ([`faults`]),
+//!   and read once for a request that gets a worker as it arrives; each call of the graph
+//!   carries its per-try timeout in nanoseconds;
 //! - latencies are counted in buckets of our own and handed to the HDR histogram only for
 //!   the report ([`latency`](super::latency));
 //! - slab slots are written and dropped where they lie, never copied in or out (a request
@@ -59,9 +60,11 @@ use crate::queue::{EventQueue, pack};
 use crate::slab::Slab;
 use crate::time::{Nanos, duration};
 use faults::Faults;
+use fifo::Fifo;
 
 mod calls;
 mod faults;
+mod fifo;
 
 pub(super) const ARRIVAL: u8 = 0;
 pub(super) const DONE: u8 = 1;
@@ -167,7 +170,7 @@ pub(super) struct World<'p> {
     /// sending order (so in deadline order): `(deadline, call, token)`. One `TIMER` event
     /// per call of the graph stands for all of them, so an attempt answered in time costs no
     /// event of its own.
-    timers: Vec<VecDeque<(Nanos, u32, u32)>>,
+    timers: Vec<Fifo>,
     /// When each call of the graph's `TIMER` event is due ([`NEVER`]: none is scheduled).
     armed: Vec<Nanos>,
     /// A slab that could not take another request or call: the event ends the run with it.
@@ -208,7 +211,7 @@ impl<'p> World<'p> {
             queue: EventQueue::with_capacity(4096),
             rng,
             steps: Vec::with_capacity(64),
-            timers: model.edges.iter().map(|_| VecDeque::new()).collect(),
+            timers: model.edges.iter().map(|_| Fifo::default()).collect(),
             armed: vec![NEVER; model.edges.len()],
             tokens: 0,
             generations: 0,
@@ -227,6 +230,11 @@ impl<'p> World<'p> {
         if now >= self.bin_end {
             self.next_bin(now);
         }
+    }
+
+    /// Where the current time bin ends: [`tick`](World::tick) has nothing to do before.
+    pub(super) fn bin_end(&self) -> Nanos {
+        self.bin_end
     }
 
     /// Closes the bins of every service up to the one holding `now`.
@@ -275,7 +283,9 @@ impl<'p> World<'p> {
     /// Handles a `DONE`, `RETRY` or `TIMEOUT` event and everything that follows from it.
     ///
     /// Nearly every event of a run comes here, so this is the one place the step loop is
-    /// inlined into.
+    /// inlined into; and it is inlined into the run's loop, its one caller, so that an
+    /// event costs no call and no saving and restoring of registers.
+    #[inline(always)]
     pub(super) fn handle(
         &mut self,
         now: Nanos,
@@ -354,7 +364,7 @@ impl<'p> World<'p> {
             *armed = NEVER;
         }
         loop {
-            let front = self.timers.get(e).and_then(|f| f.front().copied());
+            let front = self.timers.get(e).and_then(Fifo::front);
             match front {
                 Some((at, call, token)) if at <= now => {
                     if let Some(fifo) = self.timers.get_mut(e) {
@@ -399,6 +409,10 @@ impl<'p> World<'p> {
                 } => self.reply(now, call, token, answer),
                 Step::Release { service } => self.release(now, service as usize),
             };
+        }
+        // Read before it is taken: nearly always there is none, and then nothing is written.
+        if self.error.is_none() {
+            return Ok(());
         }
         self.error.take().map_or(Ok(()), Err)
     }
@@ -458,7 +472,7 @@ impl<'p> World<'p> {
                     self.full("too many requests in flight");
                     return (None, None);
                 };
-                let end = begin_work(now, n, state, &mut self.rng, r);
+                let end = begin_work(now, n, state, active, &mut self.rng, r);
                 // Work that ends in time and calls nothing: its answer is known to come then.
                 let known = (!r.cut && n.edges.is_empty()).then_some(end);
                 self.queue.push(end, pack(DONE, slot, generation));
@@ -508,7 +522,8 @@ impl<'p> World<'p> {
         let r = self.requests.get_mut(slot)?;
         let node = model.nodes.get(r.node as usize)?;
         let state = self.state.get_mut(r.service as usize)?;
-        let end = begin_work(now, node, state, &mut self.rng, r);
+        let active = state.faults.at(now);
+        let end = begin_work(now, node, state, active, &mut self.rng, r);
         self.queue.push(end, pack(DONE, slot, r.generation));
         Some(())
     }
@@ -599,18 +614,19 @@ impl<'p> World<'p> {
     }
 }
 
-/// `r` gets a worker of `state` at `now`: draws its work (the faults in force stretch it)
-/// and returns when it ends, cut at its deadline; `r` is made ready to make its node's calls.
+/// `r` gets a worker of `state` at `now`: draws its work (the faults in force at `now`,
+/// `active`, stretch it) and returns when it ends, cut at its deadline; `r` is made ready
+/// to make its node's calls.
 #[inline(always)]
 fn begin_work(
     now: Nanos,
     node: &Node,
     state: &mut ServiceState,
+    active: faults::Active,
     rng: &mut SmallRng,
     r: &mut Request,
 ) -> Nanos {
     let mut work = node.work.sample(rng);
-    let active = state.faults.at(now);
     if active.scale != 1.0 {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let scaled = (work as f64 * active.scale).min(Nanos::MAX as f64) as Nanos;
