@@ -292,6 +292,18 @@ async fn first_cleared_first(center: TestCenter) {
     let (record, detail) = newest(&center, "rule-handoff").await;
     assert_eq!(record["actor"], "rule:b-cut");
     assert_eq!(detail["changes"][0]["before"], 3, "{detail}");
+    // The heir keeps when and in which order it fired (its `min_hold` and its place among
+    // the firings do not restart at the hand-over).
+    let b_fired = audit(&center)
+        .await
+        .into_iter()
+        .find(|r| r["action"] == "rule-fire" && r["actor"] == "rule:b-cut")
+        .unwrap();
+    assert_eq!(
+        (&detail["fired_ms"], &detail["fired_id"]),
+        (&b_fired["at_ms"], &b_fired["id"]),
+        "{detail}"
+    );
     let b_back = run(&runner, t0, &[(50, 0.0, 0.1), (70, 0.0, 0.1)]).await;
     assert_eq!(b_back, [("b-cut".into(), Some(4))]);
     assert_eq!(latest(&center).await.0, 3, "the value before both rules");
@@ -326,4 +338,71 @@ async fn on_postgres_two_rules_on_one_field_unwind_in_either_order() {
     };
     first_cleared_first(TestCenter::on(&support::postgres_schema(&url).await, None).await).await;
     last_cleared_first(TestCenter::on(&support::postgres_schema(&url).await, None).await).await;
+}
+
+/// Two replicas' runners over one database, both seeing the rule's condition: the one that
+/// fires second finds the rule fired by the other and writes nothing (no second `rule-fire`
+/// record with no changes that would hide the first), so the revert restores the values.
+async fn two_runners_fire_once(url: &str) {
+    let (first, runner_a) = setup_on(TestCenter::on(url, None).await, false).await;
+    let second = TestCenter::on(url, None).await;
+    let runner_b = RuleRunner::new(second.center.clone(), 6);
+    let t0 = Instant::now();
+    // Both runners read the rule idle, then A fires.
+    let quiet = runner_b
+        .observe("web", &seen(0.4), at(t0, 0))
+        .await
+        .unwrap();
+    assert!(quiet.is_empty(), "{quiet:?}");
+    fire(&runner_a, t0).await;
+    let late = runner_b
+        .observe("web", &seen(0.4), at(t0, 10))
+        .await
+        .unwrap();
+    assert_eq!(
+        (late[0].verdict, late[0].action, late[0].version),
+        (Verdict::Fire, "rule-fire", None),
+        "{late:?}"
+    );
+    let fires: Vec<_> = audit(&first)
+        .await
+        .into_iter()
+        .filter(|r| r["action"] == "rule-fire")
+        .collect();
+    assert_eq!(fires.len(), 1, "one rule-fire record: {fires:?}");
+    // B's engine holds the rule fired too; it reverts when the condition clears.
+    runner_b
+        .observe("web", &seen(0.0), at(t0, 20))
+        .await
+        .unwrap();
+    let reverted = runner_b
+        .observe("web", &seen(0.0), at(t0, 40))
+        .await
+        .unwrap();
+    assert_eq!(
+        (reverted[0].verdict, reverted[0].version),
+        (Verdict::Revert, Some(3))
+    );
+    assert_eq!(
+        latest(&first).await,
+        (3, Fallback::OnGiveUp, "rule:cdn-504".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn two_runners_over_one_database_fire_a_rule_once() {
+    let dir = tempfile::tempdir().unwrap();
+    two_runners_fire_once(&format!(
+        "sqlite://{}",
+        dir.path().join("center.db").display()
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn on_postgres_two_runners_fire_a_rule_once() {
+    let Some(url) = support::postgres_url("two runners firing one rule") else {
+        return;
+    };
+    two_runners_fire_once(&support::postgres_schema(&url).await).await;
 }
