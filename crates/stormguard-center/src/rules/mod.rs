@@ -36,7 +36,7 @@
 //! the other rule), and the last revert restores the value from before the first firing.
 
 mod publish;
-mod state;
+pub(crate) mod state;
 
 use std::collections::HashMap;
 use std::time::Instant;
