@@ -93,10 +93,11 @@ pub struct RuleRunner {
 struct ServiceRules {
     engine: RuleEngine,
     cap: Option<u32>,
-    /// Each stored rule's name and when it was last written, as of the last observation:
-    /// when this changes (or at the first observation) the rules' phases are read back
-    /// from the store.
-    restored: Option<Vec<(String, i64)>>,
+    /// Each stored rule's name and when it was last written, and the center's count of
+    /// reverts made by the rule routes ([`Center::edit_reverts`]), as of the last
+    /// observation: when either changes (or at the first observation) the rules' phases
+    /// are read back from the store.
+    restored: Option<(u64, Vec<(String, i64)>)>,
 }
 
 impl ServiceRules {
@@ -146,10 +147,12 @@ impl RuleRunner {
             .or_insert_with(|| ServiceRules::new(self.max_changes_per_hour));
         let cap = state.cap.unwrap_or(self.max_changes_per_hour);
         state.engine.set_rules(rules, cap);
-        let written: Vec<_> = rows
-            .iter()
-            .map(|r| (r.name.clone(), r.updated_ms))
-            .collect();
+        let written = (
+            self.center.edit_reverts(),
+            rows.iter()
+                .map(|r| (r.name.clone(), r.updated_ms))
+                .collect::<Vec<_>>(),
+        );
         if state.restored.as_ref() != Some(&written) {
             self.restore(service, &mut state.engine, now).await?;
             state.restored = Some(written);
@@ -305,6 +308,10 @@ pub(crate) async fn revert_before_edit(
         "by": by,
     });
     let done = publish::undo(center, service, &old.name, detail).await?;
+    if done.version.is_some() {
+        // Whether or not the edit is then written, the runner reads the rule's phase again.
+        center.count_edit_revert();
+    }
     if done.action == "rule-failed" {
         return Err(ApiError::Conflict(format!(
             "rule {:?} has fired and its change could not be reverted ({}); fix that, or \

@@ -406,3 +406,37 @@ async fn on_postgres_two_runners_fire_a_rule_once() {
     };
     two_runners_fire_once(&support::postgres_schema(&url).await).await;
 }
+
+/// A deletion whose revert was published but whose own write then failed (the database
+/// refuses it: a trigger the test adds): the rule stays stored, idle, and the runner reads
+/// it so, firing again while its condition holds instead of holding a change that is gone.
+#[tokio::test]
+async fn a_failed_deletion_after_its_revert_leaves_the_rule_idle_in_the_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("center.db").display());
+    let (center, runner) = setup_on(TestCenter::on(&url, None).await, false).await;
+    let t0 = Instant::now();
+    fire(&runner, t0).await;
+    let db = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER keep_rules BEFORE DELETE ON center_rules
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
+    let editor = center.api(&center.editor);
+    let (status, _) = editor
+        .send("DELETE", "/v1/services/web/rules/cdn-504", None)
+        .await;
+    assert!(status >= 500, "{status}");
+    assert_eq!(latest(&center).await.0, 3, "the revert was published");
+    let waiting = runner.observe("web", &seen(0.4), at(t0, 11)).await.unwrap();
+    assert!(waiting.is_empty(), "{waiting:?}");
+    let fired = runner.observe("web", &seen(0.4), at(t0, 21)).await.unwrap();
+    assert_eq!(
+        (fired[0].verdict, fired[0].action, fired[0].version),
+        (Verdict::Fire, "rule-fire", Some(4)),
+        "{fired:?}"
+    );
+}
