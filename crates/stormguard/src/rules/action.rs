@@ -59,15 +59,17 @@ pub enum Action {
     IsolateBreaker(bool),
 }
 
-/// Every field an action sets, as [`Action::field`] names it.
-const FIELDS: [&[&str]; 7] = [
-    &["retry", "max_attempts"],
-    &["timeouts", "connect"],
-    &["timeouts", "per_try"],
-    &["timeouts", "overall"],
-    &["budget"],
-    &["fallback"],
-    &["breaker", "isolated"],
+/// One action for each field an action sets: a [`FieldEdit`] read back finds its field's
+/// keys by [`Action::field`] of these, so the names are written once (a test over every
+/// variant fails if one is missing here).
+const ONE_PER_FIELD: [Action; 7] = [
+    Action::Attempts(1),
+    Action::Timeout(TimeoutField::Connect, Duration::ZERO),
+    Action::Timeout(TimeoutField::PerTry, Duration::ZERO),
+    Action::Timeout(TimeoutField::Overall, Duration::ZERO),
+    Action::Budget(BudgetSpec::AwsStandard),
+    Action::Fallback(Fallback::Always),
+    Action::IsolateBreaker(true),
 ];
 
 impl Action {
@@ -135,8 +137,9 @@ impl TryFrom<RawFieldEdit> for FieldEdit {
     type Error = String;
 
     fn try_from(raw: RawFieldEdit) -> Result<Self, String> {
-        let keys = FIELDS
-            .into_iter()
+        let keys = ONE_PER_FIELD
+            .iter()
+            .map(Action::field)
             .find(|keys| keys.join(".") == raw.field)
             .ok_or_else(|| format!("field: no rule action sets {:?}", raw.field))?;
         Ok(FieldEdit {

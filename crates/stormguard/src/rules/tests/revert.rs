@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{EP, error_field, rules, secs};
-use crate::policy::{Fallback, PolicyError, PolicyFile};
+use crate::policy::{BudgetSpec, Fallback, PolicyError, PolicyFile};
 use crate::rules::*;
 
 fn firing(rule: &str, edits: Vec<FieldEdit>) -> Firing {
@@ -218,16 +218,33 @@ fn a_person_s_value_set_between_two_rules_is_not_handed_over() {
 
 #[test]
 fn a_firing_reads_back_from_json_and_an_unknown_field_is_refused() {
-    let file = PolicyFile::from_toml(POLICY).unwrap();
+    let with_breaker = format!("{POLICY}breaker = {{ count = 20 }}\n");
+    let file = PolicyFile::from_toml(&with_breaker).unwrap();
     let actions = [
         Action::Attempts(1),
         Action::Timeout(TimeoutField::Connect, secs(1)),
         Action::Timeout(TimeoutField::PerTry, secs(1)),
         Action::Timeout(TimeoutField::Overall, secs(2)),
+        Action::Budget(BudgetSpec::AwsStandard),
         Action::Fallback(Fallback::Always),
+        Action::IsolateBreaker(true),
     ];
+    // Every variant (and every timeout) is here: a new one fails to compile until it is
+    // added, and then this test checks that its field reads back.
+    for action in &actions {
+        match action {
+            Action::Attempts(_)
+            | Action::Budget(_)
+            | Action::Fallback(_)
+            | Action::IsolateBreaker(_)
+            | Action::Timeout(
+                TimeoutField::Connect | TimeoutField::PerTry | TimeoutField::Overall,
+                _,
+            ) => {}
+        }
+    }
     let (_, edits) = apply(&file, EP, &actions).unwrap();
-    assert_eq!(edits.len(), 5);
+    assert_eq!(edits.len(), actions.len(), "{edits:?}");
     let fired = firing("cdn-504", edits);
     let text = serde_json::to_string(&fired).unwrap();
     assert_eq!(serde_json::from_str::<Firing>(&text).unwrap(), fired);
