@@ -72,7 +72,8 @@ struct Inner {
     history: crate::collect::MetricHistory,
     listener: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Taken by the rule runner for each observation and by the rule routes for each edit,
-    /// so that an edit never lands between a rule's decision and its publish.
+    /// so that an edit on this replica never lands between a rule's decision and its
+    /// publish (per process: another replica's edits are not ordered by it).
     rule_turn: tokio::sync::Mutex<()>,
     /// How many reverts the rule routes have published (for an edit or a deletion): the
     /// rule runner reads its rules' phases back from the store when this changes, since an

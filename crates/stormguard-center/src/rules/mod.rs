@@ -29,7 +29,18 @@
 //! change — a version by `rule:<name>` whose `rule-revert` record says who edited it — and
 //! the edited rule starts idle; an edit of thresholds or durations only leaves it fired.
 //! Deleting a fired rule reverts its change the same way, then deletes it. If the revert
-//! cannot be published the edit is refused (409), so a change is never stranded.
+//! cannot be published the edit is refused (409), so a change is never stranded. If the
+//! revert is published but the edit's own write then fails, the runner reads the rule's
+//! phase back from the store at its next observation ([`Center::edit_reverts`]).
+//!
+//! **Replicas.** The turn is per process: it orders one replica's runner and rule routes,
+//! not two replicas'. Across replicas each publish is still a compare-and-set on the latest
+//! version, and each try reads the rule's standing again after the latest version (whose
+//! record it went with), so two runners firing one rule publish it once and the loser
+//! writes nothing; but an edit on one replica may land between another replica's decision
+//! and its publish (the rule then acts on its rule as it read it; the next observation
+//! reads the edit), and its revert is not seen by the other replica's engine until that
+//! rule's stored row changes.
 //!
 //! **Two rules on one field** unwind in either order: a revert that finds its field set over
 //! by another rule still active hands that rule its value before (a `rule-handoff` record by
