@@ -45,6 +45,8 @@
 //! **Two rules on one field** unwind in either order: a revert that finds its field set over
 //! by another rule still active hands that rule its value before (a `rule-handoff` record by
 //! the other rule), and the last revert restores the value from before the first firing.
+//! A rule that sets the value another active rule set already publishes nothing but holds
+//! the field ([`stormguard::rules::apply_among`]), so it is handed the value before too.
 
 mod publish;
 pub(crate) mod state;

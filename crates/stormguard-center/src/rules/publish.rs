@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 use stormguard::policy::PolicyFile;
-use stormguard::rules::{FieldEdit, Firing, RevertedField, Rule, apply, revert};
+use stormguard::rules::{FieldEdit, Firing, RevertedField, Rule, apply_among, revert};
 
 use super::state::{self, Active, actor};
 use crate::api::versions::{Release, refuse_lint_findings};
@@ -49,7 +49,8 @@ enum Job<'a> {
 
 /// Where the rule stands at one try, read after the latest version (so that the record
 /// which went with that version is seen): its firing, and the other rules' that are
-/// active (for a revert to hand values to).
+/// active (a firing holds a field one of them set to the same value, a revert hands
+/// values to them).
 struct Standing {
     active: Option<Active>,
     others: Vec<Active>,
@@ -111,12 +112,14 @@ fn plan(
             if !rule.dry_run && standing.active.is_some() {
                 return Ok(None);
             }
-            let (new, edits) =
-                apply(file, &rule.endpoint, &rule.actions).map_err(|e| e.to_string())?;
+            let others: Vec<Firing> = standing.others.iter().map(|a| a.firing.clone()).collect();
+            let (new, edits) = apply_among(file, &rule.endpoint, &rule.actions, &others)
+                .map_err(|e| e.to_string())?;
             detail["changes"] = json!(&edits);
+            let changed: Vec<FieldEdit> = edits.into_iter().filter(FieldEdit::changed).collect();
             Ok(Some(Plan {
-                file: (!edits.is_empty() && !rule.dry_run).then_some(new),
-                message: fired_message(&rule.name, &edits),
+                file: (!changed.is_empty() && !rule.dry_run).then_some(new),
+                message: fired_message(&rule.name, &changed),
                 handed: Vec::new(),
             }))
         }
@@ -170,10 +173,7 @@ async fn carry_out(
         let base = latest.version();
         let standing = Standing {
             active: state::active(center, service, name).await?,
-            others: match job {
-                Job::Undo(_) => state::others(center, service, name).await?,
-                Job::Fire(_) => Vec::new(),
-            },
+            others: state::others(center, service, name).await?,
         };
         let planned = PolicyFile::from_toml(&latest.policy)
             .map_err(|error| format!("version {base} does not read: {error}"))
@@ -390,6 +390,8 @@ fn reverted_message(rule: &str, reason: Option<&str>, report: &[RevertedField]) 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    use stormguard::rules::apply;
 
     use super::*;
 

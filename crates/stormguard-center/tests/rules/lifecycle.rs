@@ -219,8 +219,8 @@ async fn deleting_a_fired_rule_reverts_it_first() {
     assert_eq!(versions(&center).await.len(), 3);
 }
 
-/// Rule `a-cut` sets attempts 3 -> 2 on 504s, `b-cut` then 2 -> 1 on a slow P99.
-async fn two_rules_on(center: TestCenter) -> (TestCenter, RuleRunner) {
+/// Rule `a-cut` sets attempts 3 -> 2 on 504s, `b-cut` then 2 -> `b` on a slow P99.
+async fn two_rules_on(center: TestCenter, b: u32) -> (TestCenter, RuleRunner) {
     let editor = center.api(&center.editor);
     assert_eq!(editor.publish("web", 0, POLICY).await.0, 201);
     for (name, attempts, when) in [
@@ -231,7 +231,7 @@ async fn two_rules_on(center: TestCenter) -> (TestCenter, RuleRunner) {
         ),
         (
             "b-cut",
-            1,
+            b,
             json!({ "series": "p99", "above": "800ms", "exit_below": "300ms" }),
         ),
     ] {
@@ -275,7 +275,7 @@ async fn run(
 }
 
 async fn first_cleared_first(center: TestCenter) {
-    let (center, runner) = two_rules_on(center).await;
+    let (center, runner) = two_rules_on(center, 1).await;
     let t0 = Instant::now();
     let fired = run(&runner, t0, &[(0, 0.4, 1.0), (10, 0.4, 1.0)]).await;
     assert_eq!(
@@ -310,7 +310,7 @@ async fn first_cleared_first(center: TestCenter) {
 }
 
 async fn last_cleared_first(center: TestCenter) {
-    let (center, runner) = two_rules_on(center).await;
+    let (center, runner) = two_rules_on(center, 1).await;
     let t0 = Instant::now();
     run(&runner, t0, &[(0, 0.4, 1.0), (10, 0.4, 1.0)]).await;
     let b_back = run(&runner, t0, &[(20, 0.4, 0.1), (40, 0.4, 0.1)]).await;
@@ -439,4 +439,23 @@ async fn a_failed_deletion_after_its_revert_leaves_the_rule_idle_in_the_runner()
         (Verdict::Fire, "rule-fire", Some(4)),
         "{fired:?}"
     );
+}
+
+/// Both rules set attempts to 2: b's firing publishes nothing but holds the field, so when
+/// a clears first the 2 stays (b is still active) and b restores the 3 when it clears.
+#[tokio::test]
+async fn two_rules_setting_one_value_keep_it_until_both_clear() {
+    let (center, runner) = two_rules_on(TestCenter::sqlite().await, 2).await;
+    let t0 = Instant::now();
+    let fired = run(&runner, t0, &[(0, 0.4, 1.0), (10, 0.4, 1.0)]).await;
+    assert_eq!(fired, [("a-cut".into(), Some(2)), ("b-cut".into(), None)]);
+    let (_, detail) = newest(&center, "rule-fire").await;
+    assert_eq!(detail["rule"], "b-cut");
+    assert_eq!(detail["changes"][0]["before"], 2, "a held field: {detail}");
+    let a_back = run(&runner, t0, &[(20, 0.0, 1.0), (40, 0.0, 1.0)]).await;
+    assert_eq!(a_back, [("a-cut".into(), None)], "b still holds the 2");
+    assert_eq!(latest(&center).await.0, 2);
+    let b_back = run(&runner, t0, &[(50, 0.0, 0.1), (70, 0.0, 0.1)]).await;
+    assert_eq!(b_back, [("b-cut".into(), Some(3))]);
+    assert_eq!(latest(&center).await.0, 3, "the value before both rules");
 }
