@@ -459,3 +459,43 @@ async fn two_rules_setting_one_value_keep_it_until_both_clear() {
     assert_eq!(b_back, [("b-cut".into(), Some(3))]);
     assert_eq!(latest(&center).await.0, 3, "the value before both rules");
 }
+
+/// A revert that hands a value over writes its `rule-revert` and `rule-handoff` records in
+/// one transaction: when the hand-over cannot be written (the database refuses it: a
+/// trigger the test adds), neither is, the rule stays active, and the next observation
+/// after the database accepts it again carries the revert out whole.
+#[tokio::test]
+async fn a_revert_and_its_hand_over_are_written_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("center.db").display());
+    let (center, runner) = two_rules_on(TestCenter::on(&url, None).await, 1).await;
+    let t0 = Instant::now();
+    run(&runner, t0, &[(0, 0.4, 1.0), (10, 0.4, 1.0)]).await;
+    let db = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER no_handoff BEFORE INSERT ON center_audit
+         WHEN NEW.action = 'rule-handoff'
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
+    run(&runner, t0, &[(20, 0.0, 1.0)]).await;
+    let refused = runner.observe("web", &both(0.0, 1.0), at(t0, 40)).await;
+    assert!(refused.is_err(), "{refused:?}");
+    let reverts = audit(&center)
+        .await
+        .into_iter()
+        .filter(|r| r["action"] == "rule-revert")
+        .count();
+    assert_eq!(reverts, 0, "no revert record without its hand-over");
+    sqlx::query("DROP TRIGGER no_handoff")
+        .execute(&db)
+        .await
+        .unwrap();
+    let a_back = run(&runner, t0, &[(41, 0.0, 1.0)]).await;
+    assert_eq!(a_back, [("a-cut".into(), None)]);
+    let (record, detail) = newest(&center, "rule-handoff").await;
+    assert_eq!(record["actor"], "rule:b-cut");
+    assert_eq!(detail["changes"][0]["before"], 3, "{detail}");
+}
