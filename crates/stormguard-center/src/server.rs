@@ -75,7 +75,7 @@ struct Inner {
     /// so that an edit on this replica never lands between a rule's decision and its
     /// publish (per process: another replica's edits are not ordered by it).
     rule_turn: tokio::sync::Mutex<()>,
-    /// How many reverts the rule routes have published (for an edit or a deletion): the
+    /// How many reverts the rule routes have written (for an edit or a deletion): the
     /// rule runner reads its rules' phases back from the store when this changes, since an
     /// edit whose revert was published but whose own write then failed leaves the rule
     /// stored as it was, and the runner's engine still holding it fired.
@@ -138,14 +138,14 @@ impl Center {
         self.inner.rule_turn.lock().await
     }
 
-    /// How many reverts the rule routes have published (see `Inner::edit_reverts`).
+    /// How many reverts the rule routes have written (see `Inner::edit_reverts`).
     pub(crate) fn edit_reverts(&self) -> u64 {
         self.inner
             .edit_reverts
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Counts one revert published by the rule routes.
+    /// Counts one revert written by the rule routes (a version, or a hand-over alone).
     pub(crate) fn count_edit_revert(&self) {
         self.inner
             .edit_reverts

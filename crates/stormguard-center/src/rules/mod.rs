@@ -321,7 +321,7 @@ pub(crate) async fn revert_before_edit(
         "by": by,
     });
     let done = publish::undo(center, service, &old.name, detail).await?;
-    if done.version.is_some() {
+    if done.action == "rule-revert" {
         // Whether or not the edit is then written, the runner reads the rule's phase again.
         center.count_edit_revert();
     }
