@@ -72,8 +72,14 @@ struct Inner {
     history: crate::collect::MetricHistory,
     listener: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Taken by the rule runner for each observation and by the rule routes for each edit,
-    /// so that an edit never lands between a rule's decision and its publish.
+    /// so that an edit on this replica never lands between a rule's decision and its
+    /// publish (per process: another replica's edits are not ordered by it).
     rule_turn: tokio::sync::Mutex<()>,
+    /// How many reverts the rule routes have written (for an edit or a deletion): the
+    /// rule runner reads its rules' phases back from the store when this changes, since an
+    /// edit whose revert was published but whose own write then failed leaves the rule
+    /// stored as it was, and the runner's engine still holding it fired.
+    edit_reverts: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Inner {
@@ -103,6 +109,7 @@ impl Center {
                 history: crate::collect::MetricHistory::default(),
                 listener: std::sync::Mutex::new(None),
                 rule_turn: tokio::sync::Mutex::new(()),
+                edit_reverts: std::sync::atomic::AtomicU64::new(0),
             }),
         };
         if let Some(pool) = store.postgres_pool() {
@@ -129,6 +136,20 @@ impl Center {
     /// Waits for the turn to run or change rules (see `Inner::rule_turn`).
     pub(crate) async fn rule_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.inner.rule_turn.lock().await
+    }
+
+    /// How many reverts the rule routes have written (see `Inner::edit_reverts`).
+    pub(crate) fn edit_reverts(&self) -> u64 {
+        self.inner
+            .edit_reverts
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Counts one revert written by the rule routes (a version, or a hand-over alone).
+    pub(crate) fn count_edit_revert(&self) {
+        self.inner
+            .edit_reverts
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub(crate) fn hub(&self) -> &Hub {

@@ -352,3 +352,30 @@ async fn a_firing_that_cannot_be_published_is_recorded_and_tried_again() {
         3
     );
 }
+
+/// A rule's standing (its newest fire, revert or hand-over record) is found through the
+/// index on (service, actor, id), not by scanning the service's records.
+#[tokio::test]
+async fn a_rule_s_last_change_is_read_through_its_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("center.db").display());
+    let _center = support::TestCenter::on(&url, None).await;
+    let db = sqlx::SqlitePool::connect(&url).await.unwrap();
+    // The query of `Store::last_rule_change`.
+    let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(
+        "EXPLAIN QUERY PLAN SELECT id, at_ms, actor, action, service, version, instance, detail
+            FROM center_audit WHERE service = $1 AND actor = $2
+            AND action IN ('rule-fire', 'rule-revert', 'rule-handoff')
+            ORDER BY id DESC LIMIT 1",
+    )
+    .bind("web")
+    .bind("rule:cdn-504")
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    let plan: Vec<&str> = plan.iter().map(|row| row.3.as_str()).collect();
+    assert!(
+        plan.iter().any(|step| step.contains("center_audit_actor")),
+        "{plan:?}"
+    );
+}

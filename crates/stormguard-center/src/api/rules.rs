@@ -9,7 +9,8 @@
 //! A fired rule that is deleted, or edited to change something else (another endpoint,
 //! other actions, dry run on or off), first has its change reverted: a version by
 //! `rule:<name>` whose `rule-revert` record names the editor (see [`crate::rules`]); if that
-//! revert cannot be published, the edit is refused with 409.
+//! revert cannot be published, the edit is refused with 409. The edit takes this replica's
+//! rule turn only: see [`crate::rules`] for what that orders across replicas and what not.
 
 use axum::Json;
 use axum::extract::{Path, State};

@@ -127,6 +127,7 @@ pub(crate) async fn publish_text(
         canary: body.canary.as_ref(),
         action,
         detail: None,
+        also: &[],
     };
     release.write(center, caller).await
 }
@@ -214,6 +215,7 @@ pub(crate) async fn roll_back(
         canary: None,
         action: "rollback",
         detail: None,
+        also: &[],
     };
     release.write(center, caller).await
 }
@@ -230,6 +232,9 @@ pub(crate) struct Release<'a> {
     pub(crate) action: &'a str,
     /// The audit record's detail when it is not the message.
     pub(crate) detail: Option<&'a str>,
+    /// More audit records written in the version's transaction (the `rule-handoff` records
+    /// of a rule's revert): all of them, or none with the version.
+    pub(crate) also: &'a [NewAudit<'a>],
 }
 
 impl Release<'_> {
@@ -277,6 +282,7 @@ impl Release<'_> {
             now_ms: now_ms(),
             action: self.action,
             detail: self.detail,
+            also: self.also,
         };
         let (now_ms, published) = (new.now_ms, store.publish(&new).await);
         let number = match published {

@@ -15,6 +15,7 @@ use super::page::{Failure, Tab, html_response, layout, when};
 use super::session::Signed;
 use crate::api::admin::AuditRecord;
 use crate::api::check_name;
+use crate::rules::state;
 use crate::server::Center;
 
 /// How many rule audit records the page reads (all rules of the service together).
@@ -34,14 +35,20 @@ pub(crate) async fn rules(
         .into_iter()
         .map(AuditRecord::from)
         .collect();
+    // Whether each rule is active, read as the rule runner reads it (its newest fire,
+    // revert or hand-over record, however many records came after it).
+    let mut active = Vec::with_capacity(rows.len());
+    for row in &rows {
+        active.push(state::active(&center, &service, &row.name).await?.is_some());
+    }
     let body = html! {
         h1 { "Rules" }
         @if rows.is_empty() {
             p.muted { "This service has no rules. Add one with " code { "stormguard policy rules put" } " or " code { "PUT /v1/services/" (service) "/rules/{name}" } "." }
         }
-        @for row in &rows {
+        @for (row, active) in rows.iter().zip(&active) {
             @match Rule::from_json(&row.rule) {
-                Ok(rule) => (rule_card(&rule, &records)),
+                Ok(rule) => (rule_card(&rule, *active, &records)),
                 Err(error) => section.card {
                     h2 { (row.name) }
                     p.notice.bad { "This stored rule does not read: " (error) }
@@ -82,17 +89,8 @@ fn kind(action: &str) -> Option<(&'static str, &'static str)> {
     }
 }
 
-fn rule_card(rule: &Rule, records: &[AuditRecord]) -> Markup {
+fn rule_card(rule: &Rule, active: bool, records: &[AuditRecord]) -> Markup {
     let firings = firings(&rule.name, records);
-    let active = firings
-        .iter()
-        .find(|r| {
-            matches!(
-                r.action.as_str(),
-                "rule-fire" | "rule-revert" | "rule-handoff"
-            )
-        })
-        .is_some_and(|r| r.action != "rule-revert");
     html! {
         section.card.rule data-rule=(rule.name) {
             h2 {

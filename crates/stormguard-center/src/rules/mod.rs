@@ -29,14 +29,27 @@
 //! change — a version by `rule:<name>` whose `rule-revert` record says who edited it — and
 //! the edited rule starts idle; an edit of thresholds or durations only leaves it fired.
 //! Deleting a fired rule reverts its change the same way, then deletes it. If the revert
-//! cannot be published the edit is refused (409), so a change is never stranded.
+//! cannot be published the edit is refused (409), so a change is never stranded. If the
+//! revert is published but the edit's own write then fails, the runner reads the rule's
+//! phase back from the store at its next observation ([`Center::edit_reverts`]).
+//!
+//! **Replicas.** The turn is per process: it orders one replica's runner and rule routes,
+//! not two replicas'. Across replicas each publish is still a compare-and-set on the latest
+//! version, and each try reads the rule's standing again after the latest version (whose
+//! record it went with), so two runners firing one rule publish it once and the loser
+//! writes nothing; but an edit on one replica may land between another replica's decision
+//! and its publish (the rule then acts on its rule as it read it; the next observation
+//! reads the edit), and its revert is not seen by the other replica's engine until that
+//! rule's stored row changes.
 //!
 //! **Two rules on one field** unwind in either order: a revert that finds its field set over
 //! by another rule still active hands that rule its value before (a `rule-handoff` record by
 //! the other rule), and the last revert restores the value from before the first firing.
+//! A rule that sets the value another active rule set already publishes nothing but holds
+//! the field ([`stormguard::rules::apply_among`]), so it is handed the value before too.
 
 mod publish;
-mod state;
+pub(crate) mod state;
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -93,10 +106,11 @@ pub struct RuleRunner {
 struct ServiceRules {
     engine: RuleEngine,
     cap: Option<u32>,
-    /// Each stored rule's name and when it was last written, as of the last observation:
-    /// when this changes (or at the first observation) the rules' phases are read back
-    /// from the store.
-    restored: Option<Vec<(String, i64)>>,
+    /// Each stored rule's name and when it was last written, and the center's count of
+    /// reverts made by the rule routes ([`Center::edit_reverts`]), as of the last
+    /// observation: when either changes (or at the first observation) the rules' phases
+    /// are read back from the store.
+    restored: Option<(u64, Vec<(String, i64)>)>,
 }
 
 impl ServiceRules {
@@ -146,10 +160,12 @@ impl RuleRunner {
             .or_insert_with(|| ServiceRules::new(self.max_changes_per_hour));
         let cap = state.cap.unwrap_or(self.max_changes_per_hour);
         state.engine.set_rules(rules, cap);
-        let written: Vec<_> = rows
-            .iter()
-            .map(|r| (r.name.clone(), r.updated_ms))
-            .collect();
+        let written = (
+            self.center.edit_reverts(),
+            rows.iter()
+                .map(|r| (r.name.clone(), r.updated_ms))
+                .collect::<Vec<_>>(),
+        );
         if state.restored.as_ref() != Some(&written) {
             self.restore(service, &mut state.engine, now).await?;
             state.restored = Some(written);
@@ -305,6 +321,10 @@ pub(crate) async fn revert_before_edit(
         "by": by,
     });
     let done = publish::undo(center, service, &old.name, detail).await?;
+    if done.action == "rule-revert" {
+        // Whether or not the edit is then written, the runner reads the rule's phase again.
+        center.count_edit_revert();
+    }
     if done.action == "rule-failed" {
         return Err(ApiError::Conflict(format!(
             "rule {:?} has fired and its change could not be reverted ({}); fix that, or \

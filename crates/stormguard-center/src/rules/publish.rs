@@ -8,9 +8,9 @@
 
 use serde_json::{Value, json};
 use stormguard::policy::PolicyFile;
-use stormguard::rules::{FieldEdit, Firing, RevertedField, Rule, apply, revert};
+use stormguard::rules::{FieldEdit, Firing, RevertedField, Rule, apply_among, revert};
 
-use super::state::{self, actor};
+use super::state::{self, Active, actor};
 use crate::api::versions::{Release, refuse_lint_findings};
 use crate::auth::{Caller, Role};
 use crate::error::ApiError;
@@ -38,6 +38,24 @@ struct Plan {
     handed: Vec<Firing>,
 }
 
+/// What is carried out, planned again on each try.
+enum Job<'a> {
+    /// Fire the rule (or record what it would change, for a dry run).
+    Fire(&'a Rule),
+    /// Revert what the rule's active firing changed; the reason when it is not the rule's
+    /// own condition.
+    Undo(Option<String>),
+}
+
+/// Where the rule stands at one try, read after the latest version (so that the record
+/// which went with that version is seen): its firing, and the other rules' that are
+/// active (a firing holds a field one of them set to the same value, a revert hands
+/// values to them).
+struct Standing {
+    active: Option<Active>,
+    others: Vec<Active>,
+}
+
 /// Fires `rule` on `service`'s latest version; `detail` holds the observed values and
 /// receives the changes. A dry run records what it would change and publishes nothing; a
 /// rule whose last record says it fired already writes nothing.
@@ -48,39 +66,12 @@ pub(crate) async fn fire(
     mut detail: Value,
 ) -> Result<Done, StoreError> {
     detail["endpoint"] = json!(rule.endpoint);
-    if !rule.dry_run && state::active(center, service, &rule.name).await?.is_some() {
-        // Fired already, and not reverted (by another replica's runner): its record is
-        // what the revert needs; a second firing would find nothing to change and hide it.
-        detail["note"] = json!("the rule had fired already; nothing changed");
-        return Ok(Done {
-            action: "rule-fire",
-            version: None,
-            detail: detail.to_string(),
-        });
-    }
     let action = if rule.dry_run {
         "rule-dry-run"
     } else {
         "rule-fire"
     };
-    carry_out(
-        center,
-        service,
-        &rule.name,
-        action,
-        detail,
-        |file, detail| {
-            let (new, edits) =
-                apply(file, &rule.endpoint, &rule.actions).map_err(|e| e.to_string())?;
-            detail["changes"] = json!(&edits);
-            Ok(Plan {
-                file: (!edits.is_empty() && !rule.dry_run).then_some(new),
-                message: fired_message(&rule.name, &edits),
-                handed: Vec::new(),
-            })
-        },
-    )
-    .await
+    carry_out(center, service, &rule.name, action, Job::Fire(rule), detail).await
 }
 
 /// Reverts what rule `name` of `service` changed, as its last record says; `detail` says
@@ -91,52 +82,82 @@ pub(crate) async fn undo(
     center: &Center,
     service: &str,
     name: &str,
-    mut detail: Value,
+    detail: Value,
 ) -> Result<Done, StoreError> {
-    let Some(active) = state::active(center, service, name).await? else {
-        detail["changes"] = json!([]);
-        detail["note"] = json!("the rule had no change in place to revert");
-        let detail = detail.to_string();
-        audit(center, service, name, "rule-revert", None, &detail).await?;
-        return Ok(Done {
-            action: "rule-revert",
-            version: None,
-            detail,
-        });
-    };
-    let others = state::others(center, service, name).await?;
-    detail["endpoint"] = json!(active.firing.endpoint);
-    detail["fired_in"] = json!(active.version);
     let reason = detail["reason"].as_str().map(str::to_owned);
-    let done = carry_out(
+    carry_out(
         center,
         service,
         name,
         "rule-revert",
+        Job::Undo(reason),
         detail,
-        |file, detail| {
+    )
+    .await
+}
+
+/// What `job` does on `file` with the rule standing as `standing` says: `Ok(None)` when
+/// there is nothing to write at all (the rule fired already, by another replica's runner
+/// that won the race: its record is what the revert needs, and a second `rule-fire` record
+/// with no changes over it would hide it).
+fn plan(
+    job: &Job<'_>,
+    name: &str,
+    file: &PolicyFile,
+    standing: &Standing,
+    detail: &mut Value,
+) -> Result<Option<Plan>, String> {
+    match job {
+        Job::Fire(rule) => {
+            if !rule.dry_run && standing.active.is_some() {
+                return Ok(None);
+            }
+            let others: Vec<Firing> = standing.others.iter().map(|a| a.firing.clone()).collect();
+            let (new, edits) = apply_among(file, &rule.endpoint, &rule.actions, &others)
+                .map_err(|e| e.to_string())?;
+            detail["changes"] = json!(&edits);
+            let changed: Vec<FieldEdit> = edits.into_iter().filter(FieldEdit::changed).collect();
+            Ok(Some(Plan {
+                file: (!changed.is_empty() && !rule.dry_run).then_some(new),
+                message: fired_message(&rule.name, &changed),
+                handed: Vec::new(),
+            }))
+        }
+        Job::Undo(reason) => {
+            let Some(active) = &standing.active else {
+                detail["changes"] = json!([]);
+                detail["note"] = json!("the rule had no change in place to revert");
+                return Ok(Some(Plan {
+                    file: None,
+                    message: String::new(),
+                    handed: Vec::new(),
+                }));
+            };
+            detail["endpoint"] = json!(active.firing.endpoint);
+            detail["fired_in"] = json!(active.version);
+            let others: Vec<Firing> = standing.others.iter().map(|a| a.firing.clone()).collect();
             let reverted = revert(file, &active.firing, &others).map_err(|e| e.to_string())?;
             detail["changes"] = reverted_json(&reverted.fields);
-            Ok(Plan {
+            Ok(Some(Plan {
                 file: reverted.file,
                 message: reverted_message(name, reason.as_deref(), &reverted.fields),
                 handed: reverted.handed,
-            })
-        },
-    )
-    .await?;
-    Ok(done)
+            }))
+        }
+    }
 }
 
-/// Tries `plan` on the latest version until its publish wins the compare-and-set (or
-/// [`PUBLISH_TRIES`] times), and writes the audit records.
+/// Tries `job` on the latest version until its publish wins the compare-and-set (or
+/// [`PUBLISH_TRIES`] times), reading where the rule stands again on each try, and writes
+/// the audit records: the version's, with the `rule-handoff` records of a revert in the
+/// same transaction.
 async fn carry_out(
     center: &Center,
     service: &str,
     name: &str,
     action: &'static str,
+    job: Job<'_>,
     mut detail: Value,
-    mut plan: impl FnMut(&PolicyFile, &mut Value) -> Result<Plan, String>,
 ) -> Result<Done, StoreError> {
     let caller = Caller {
         name: actor(name),
@@ -150,24 +171,65 @@ async fn carry_out(
             break;
         };
         let base = latest.version();
+        let standing = Standing {
+            active: state::active(center, service, name).await?,
+            others: state::others(center, service, name).await?,
+        };
         let planned = PolicyFile::from_toml(&latest.policy)
             .map_err(|error| format!("version {base} does not read: {error}"))
-            .and_then(|file| plan(&file, &mut detail));
+            .and_then(|file| plan(&job, name, &file, &standing, &mut detail));
         let Plan {
             file,
             message,
             handed,
         } = match planned {
-            Ok(planned) => planned,
+            Ok(Some(planned)) => planned,
+            Ok(None) => {
+                detail["note"] = json!("the rule had fired already; nothing changed");
+                return Ok(Done {
+                    action,
+                    version: None,
+                    detail: detail.to_string(),
+                });
+            }
             Err(error) => {
                 last_error = error;
                 break;
             }
         };
         let detail_text = detail.to_string();
+        let handoffs: Vec<(String, String)> = handed
+            .iter()
+            .map(|firing| handoff(name, firing, &standing.others))
+            .collect();
+        let now = now_ms();
+        let handoffs: Vec<NewAudit<'_>> = handoffs
+            .iter()
+            .map(|(actor, detail)| NewAudit {
+                at_ms: now,
+                actor,
+                action: "rule-handoff",
+                service,
+                version: None,
+                instance: None,
+                detail,
+            })
+            .collect();
         let version = match file {
             None => {
-                audit(center, service, name, action, Some(base), &detail_text).await?;
+                let own = NewAudit {
+                    at_ms: now,
+                    actor: &caller.name,
+                    action,
+                    service,
+                    // A revert with nothing in place went with no version.
+                    version: (standing.active.is_some() || matches!(job, Job::Fire(_)))
+                        .then_some(base),
+                    instance: None,
+                    detail: &detail_text,
+                };
+                let records: Vec<NewAudit<'_>> = std::iter::once(own).chain(handoffs).collect();
+                center.store().insert_audits(&records).await?;
                 None
             }
             Some(new) => {
@@ -184,6 +246,7 @@ async fn carry_out(
                     canary: None,
                     action,
                     detail: Some(&detail_text),
+                    also: &handoffs,
                 };
                 match release.write(center, &caller).await {
                     Ok(version) => Some(version.version),
@@ -198,9 +261,6 @@ async fn carry_out(
                 }
             }
         };
-        for firing in &handed {
-            hand_over(center, service, name, firing).await?;
-        }
         return Ok(Done {
             action,
             version,
@@ -217,22 +277,23 @@ async fn carry_out(
     })
 }
 
-/// Records that `firing`'s rule now holds a value before handed over by rule `from`: its
-/// `rule-handoff` record is its firing as it now stands, read by its own revert.
-async fn hand_over(
-    center: &Center,
-    service: &str,
-    from: &str,
-    firing: &Firing,
-) -> Result<(), StoreError> {
+/// The `rule-handoff` record (actor, detail) saying that `firing`'s rule now holds a value
+/// before handed over by rule `from`: its firing as it now stands, read by its own revert,
+/// with when and in which order it first fired (from `active`, the heir's current
+/// standing), so that its `min_hold` and its place among the firings do not restart at
+/// the hand-over.
+fn handoff(from: &str, firing: &Firing, active: &[Active]) -> (String, String) {
+    let origin = active.iter().find(|a| a.firing.rule == firing.rule);
     let detail = json!({
         "rule": firing.rule,
         "endpoint": firing.endpoint,
         "changes": firing.edits,
         "handed_over_by": from,
+        "fired_ms": origin.map(|a| a.fired_ms),
+        "fired_id": origin.map(|a| a.fired_id),
     })
     .to_string();
-    audit(center, service, &firing.rule, "rule-handoff", None, &detail).await
+    (actor(&firing.rule), detail)
 }
 
 /// Writes one audit record by rule `rule` with no version published.
@@ -246,7 +307,7 @@ pub(super) async fn audit(
 ) -> Result<(), StoreError> {
     center
         .store()
-        .insert_audit(&NewAudit {
+        .insert_audits(&[NewAudit {
             at_ms: now_ms(),
             actor: &actor(rule),
             action,
@@ -254,7 +315,7 @@ pub(super) async fn audit(
             version,
             instance: None,
             detail,
-        })
+        }])
         .await
 }
 
@@ -324,4 +385,74 @@ fn reverted_message(rule: &str, reason: Option<&str>, report: &[RevertedField]) 
         .collect();
     let why = reason.map(|r| format!(" ({r})")).unwrap_or_default();
     format!("rule {rule} reverted{why}: {}", changes.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use stormguard::rules::apply;
+
+    use super::*;
+
+    const POLICY: &str = r#"
+[endpoints."GET /img/*"]
+idempotency = "idempotent"
+retry = { max_attempts = 3 }
+timeouts = { per_try = "300ms", overall = "1s" }
+"#;
+
+    fn rule() -> Rule {
+        Rule::from_json(
+            &json!({
+                "name": "cut", "service": "web", "endpoint": "GET /img/*", "for": "10s",
+                "exit_for": "20s",
+                "when": { "series": "error_ratio", "code": 504, "above": 0.1, "exit_below": 0.02 },
+                "actions": [{ "set": "attempts", "max_attempts": 1 }],
+            })
+            .to_string(),
+        )
+        .unwrap()
+    }
+
+    /// The try of a runner that lost the compare-and-set to another replica's firing of the
+    /// same rule: the latest version holds the rule's values already, and the rule's newest
+    /// record is the other runner's firing. It plans nothing at all, rather than a second
+    /// `rule-fire` record with no changes that would hide the first from the revert.
+    #[test]
+    fn a_try_that_finds_the_rule_fired_by_another_runner_writes_nothing() {
+        let rule = rule();
+        let base = PolicyFile::from_toml(POLICY).unwrap();
+        let (fired, edits) = apply(&base, &rule.endpoint, &rule.actions).unwrap();
+        let other_runner = Active {
+            firing: Firing {
+                rule: rule.name.clone(),
+                endpoint: rule.endpoint.clone(),
+                edits,
+            },
+            version: Some(2),
+            fired_ms: 1,
+            fired_id: 7,
+        };
+        let standing = Standing {
+            active: Some(other_runner),
+            others: Vec::new(),
+        };
+        let mut detail = json!({});
+        let planned = plan(
+            &Job::Fire(&rule),
+            &rule.name,
+            &fired,
+            &standing,
+            &mut detail,
+        );
+        assert!(planned.unwrap().is_none(), "{detail}");
+        // Idle, the same try fires.
+        let idle = Standing {
+            active: None,
+            others: Vec::new(),
+        };
+        let planned = plan(&Job::Fire(&rule), &rule.name, &base, &idle, &mut detail).unwrap();
+        assert!(planned.unwrap().file.is_some(), "{detail}");
+    }
 }

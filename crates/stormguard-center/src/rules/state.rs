@@ -30,17 +30,19 @@ pub(crate) struct Active {
     /// The version the record went with (the one the firing published, or the one it
     /// found already set).
     pub(crate) version: Option<u64>,
-    /// When the record was written (Unix ms).
-    pub(crate) at_ms: i64,
-    /// The record's id: firings compare by it (oldest first).
-    id: i64,
+    /// When the rule fired (Unix ms): its `rule-fire` record's time, which a
+    /// `rule-handoff` record carries on, so that `min_hold` counts from the firing.
+    pub(crate) fired_ms: i64,
+    /// The id of its `rule-fire` record (carried on by a `rule-handoff` record too):
+    /// firings compare by it, oldest first.
+    pub(crate) fired_id: i64,
 }
 
 impl Active {
     /// The instant of the record, on the clock of `now` (a record from the future, on a
     /// clock that went back, reads as now).
     pub(crate) fn instant(&self, now: Instant) -> Instant {
-        let ago = u64::try_from(now_ms().saturating_sub(self.at_ms)).unwrap_or(0);
+        let ago = u64::try_from(now_ms().saturating_sub(self.fired_ms)).unwrap_or(0);
         now.checked_sub(Duration::from_millis(ago)).unwrap_or(now)
     }
 }
@@ -50,6 +52,13 @@ impl Active {
 struct Detail {
     endpoint: String,
     changes: Vec<FieldEdit>,
+    /// In a `rule-handoff` record: when the rule fired (a record written before these
+    /// were carried has none, and reads as fired at the hand-over).
+    #[serde(default)]
+    fired_ms: Option<i64>,
+    /// In a `rule-handoff` record: the id of the rule's `rule-fire` record.
+    #[serde(default)]
+    fired_id: Option<i64>,
 }
 
 /// The firing of `rule` of `service` if it is active. A record whose detail does not read
@@ -78,8 +87,8 @@ pub(crate) async fn active(
                 edits: detail.changes,
             },
             version: row.version.and_then(|v| u64::try_from(v).ok()),
-            at_ms: row.at_ms,
-            id: row.id,
+            fired_ms: detail.fired_ms.unwrap_or(row.at_ms),
+            fired_id: detail.fired_id.unwrap_or(row.id),
         })),
         Err(error) => {
             tracing::warn!(%error, service, rule, record = row.id, "stormguard center: a rule's last firing record does not read; it cannot be reverted");
@@ -88,13 +97,13 @@ pub(crate) async fn active(
     }
 }
 
-/// The active firings of `service`'s stored rules other than `rule`, oldest first: the
-/// rules a revert of `rule` may hand a value to.
+/// The active firings of `service`'s stored rules other than `rule`, oldest firing first:
+/// the rules a revert of `rule` may hand a value to.
 pub(crate) async fn others(
     center: &Center,
     service: &str,
     rule: &str,
-) -> Result<Vec<Firing>, StoreError> {
+) -> Result<Vec<Active>, StoreError> {
     let mut found = Vec::new();
     for row in center.store().rules(service).await? {
         if row.name != rule
@@ -103,6 +112,6 @@ pub(crate) async fn others(
             found.push(other);
         }
     }
-    found.sort_by_key(|a| a.id);
-    Ok(found.into_iter().map(|a| a.firing).collect())
+    found.sort_by_key(|a| a.fired_id);
+    Ok(found)
 }

@@ -193,6 +193,8 @@ pub(crate) struct NewVersion<'a> {
     pub(crate) action: &'a str,
     /// The audit record's detail, when it is not the message (a rule's observed values).
     pub(crate) detail: Option<&'a str>,
+    /// More audit records written in the same transaction.
+    pub(crate) also: &'a [NewAudit<'a>],
 }
 
 /// An audit record about to be written.
@@ -417,6 +419,9 @@ impl Store {
                 })
                 .execute(&mut *tx)
                 .await?;
+                for audit in new.also {
+                    insert_audit!(audit).execute(&mut *tx).await?;
+                }
                 if self.is_postgres() {
                     notify!(new.service).execute(&mut *tx).await?;
                 }

@@ -77,14 +77,18 @@ impl Store {
         Ok(deleted > 0)
     }
 
-    /// Writes one audit record on its own (a dry-run firing, a revert with nothing left to
-    /// undo).
-    pub(crate) async fn insert_audit(&self, audit: &NewAudit<'_>) -> Result<(), StoreError> {
+    /// Writes audit records that go with no version (a dry-run firing, a revert with
+    /// nothing left to publish and the `rule-handoff` records it made) in one transaction:
+    /// all of them or none.
+    pub(crate) async fn insert_audits(&self, audits: &[NewAudit<'_>]) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        on_pool!(self, |pool| insert_audit!(audit)
-            .execute(pool)
-            .await?
-            .rows_affected());
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            for audit in audits {
+                insert_audit!(audit).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+        });
         Ok(())
     }
 

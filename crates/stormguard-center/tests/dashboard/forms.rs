@@ -231,3 +231,65 @@ async fn the_sign_in_page_cannot_be_framed_or_cached() {
         assert_eq!(header("cache-control"), Some("no-store"));
     }
 }
+
+/// A fired rule shows as active however many records came after its firing: here 201
+/// `rule-failed` records of another rule (more than the page's history reads), as a rule
+/// on a missing endpoint writes at every observation.
+#[tokio::test]
+async fn a_fired_rule_shows_active_under_any_number_of_failures() {
+    use std::time::Instant;
+    use stormguard::rules::{Observations, Series};
+
+    let center = center_with_web().await;
+    let editor = center.api(&center.editor);
+    for (name, endpoint) in [("cdn-504", "GET /img/*"), ("broken", "GET /missing")] {
+        let rule = serde_json::json!({
+            "name": name, "service": "web", "endpoint": endpoint, "for": "1s", "exit_for": "20s",
+            "when": { "series": "error_ratio", "code": 504, "above": 0.1, "exit_below": 0.02 },
+            "actions": [{ "set": "attempts", "max_attempts": 1 }],
+        });
+        let path = format!("/v1/services/web/rules/{name}");
+        let put = editor
+            .send("PUT", &path, Some(rule.to_string().into_bytes()))
+            .await;
+        assert_eq!(put.0, 204, "{put:?}");
+    }
+    let runner = stormguard_center::RuleRunner::new(center.center.clone(), 1000);
+    let mut seen = Observations::new();
+    seen.set_endpoint("GET /img/*", Series::ErrorRatioCode(504), 0.4)
+        .set_endpoint("GET /missing", Series::ErrorRatioCode(504), 0.4);
+    let t0 = Instant::now();
+    let (mut fired, mut failed) = (0, 0);
+    for s in 0..1000 {
+        for event in runner
+            .observe("web", &seen, t0 + std::time::Duration::from_secs(2 * s))
+            .await
+            .unwrap()
+        {
+            match event.action {
+                "rule-fire" => fired += 1,
+                "rule-failed" => failed += 1,
+                other => panic!("{other}: {event:?}"),
+            }
+        }
+        if failed > 200 {
+            break;
+        }
+    }
+    assert_eq!((fired, failed), (1, 201));
+    let (cookie, _) = session(&center, &center.viewer).await;
+    let page = send(
+        client()
+            .get(format!("{}/ui/services/web/rules", center.url()))
+            .header("cookie", &cookie),
+    )
+    .await;
+    assert_eq!(page.status, 200);
+    let card = page
+        .body
+        .split("data-rule=\"cdn-504\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</h2>").next())
+        .unwrap();
+    assert!(card.contains(">active<"), "{card}");
+}

@@ -219,8 +219,8 @@ async fn deleting_a_fired_rule_reverts_it_first() {
     assert_eq!(versions(&center).await.len(), 3);
 }
 
-/// Rule `a-cut` sets attempts 3 -> 2 on 504s, `b-cut` then 2 -> 1 on a slow P99.
-async fn two_rules_on(center: TestCenter) -> (TestCenter, RuleRunner) {
+/// Rule `a-cut` sets attempts 3 -> 2 on 504s, `b-cut` then 2 -> `b` on a slow P99.
+async fn two_rules_on(center: TestCenter, b: u32) -> (TestCenter, RuleRunner) {
     let editor = center.api(&center.editor);
     assert_eq!(editor.publish("web", 0, POLICY).await.0, 201);
     for (name, attempts, when) in [
@@ -231,7 +231,7 @@ async fn two_rules_on(center: TestCenter) -> (TestCenter, RuleRunner) {
         ),
         (
             "b-cut",
-            1,
+            b,
             json!({ "series": "p99", "above": "800ms", "exit_below": "300ms" }),
         ),
     ] {
@@ -275,7 +275,7 @@ async fn run(
 }
 
 async fn first_cleared_first(center: TestCenter) {
-    let (center, runner) = two_rules_on(center).await;
+    let (center, runner) = two_rules_on(center, 1).await;
     let t0 = Instant::now();
     let fired = run(&runner, t0, &[(0, 0.4, 1.0), (10, 0.4, 1.0)]).await;
     assert_eq!(
@@ -292,13 +292,25 @@ async fn first_cleared_first(center: TestCenter) {
     let (record, detail) = newest(&center, "rule-handoff").await;
     assert_eq!(record["actor"], "rule:b-cut");
     assert_eq!(detail["changes"][0]["before"], 3, "{detail}");
+    // The heir keeps when and in which order it fired (its `min_hold` and its place among
+    // the firings do not restart at the hand-over).
+    let b_fired = audit(&center)
+        .await
+        .into_iter()
+        .find(|r| r["action"] == "rule-fire" && r["actor"] == "rule:b-cut")
+        .unwrap();
+    assert_eq!(
+        (&detail["fired_ms"], &detail["fired_id"]),
+        (&b_fired["at_ms"], &b_fired["id"]),
+        "{detail}"
+    );
     let b_back = run(&runner, t0, &[(50, 0.0, 0.1), (70, 0.0, 0.1)]).await;
     assert_eq!(b_back, [("b-cut".into(), Some(4))]);
     assert_eq!(latest(&center).await.0, 3, "the value before both rules");
 }
 
 async fn last_cleared_first(center: TestCenter) {
-    let (center, runner) = two_rules_on(center).await;
+    let (center, runner) = two_rules_on(center, 1).await;
     let t0 = Instant::now();
     run(&runner, t0, &[(0, 0.4, 1.0), (10, 0.4, 1.0)]).await;
     let b_back = run(&runner, t0, &[(20, 0.4, 0.1), (40, 0.4, 0.1)]).await;
@@ -326,4 +338,164 @@ async fn on_postgres_two_rules_on_one_field_unwind_in_either_order() {
     };
     first_cleared_first(TestCenter::on(&support::postgres_schema(&url).await, None).await).await;
     last_cleared_first(TestCenter::on(&support::postgres_schema(&url).await, None).await).await;
+}
+
+/// Two replicas' runners over one database, both seeing the rule's condition: the one that
+/// fires second finds the rule fired by the other and writes nothing (no second `rule-fire`
+/// record with no changes that would hide the first), so the revert restores the values.
+async fn two_runners_fire_once(url: &str) {
+    let (first, runner_a) = setup_on(TestCenter::on(url, None).await, false).await;
+    let second = TestCenter::on(url, None).await;
+    let runner_b = RuleRunner::new(second.center.clone(), 6);
+    let t0 = Instant::now();
+    // Both runners read the rule idle, then A fires.
+    let quiet = runner_b
+        .observe("web", &seen(0.4), at(t0, 0))
+        .await
+        .unwrap();
+    assert!(quiet.is_empty(), "{quiet:?}");
+    fire(&runner_a, t0).await;
+    let late = runner_b
+        .observe("web", &seen(0.4), at(t0, 10))
+        .await
+        .unwrap();
+    assert_eq!(
+        (late[0].verdict, late[0].action, late[0].version),
+        (Verdict::Fire, "rule-fire", None),
+        "{late:?}"
+    );
+    let fires: Vec<_> = audit(&first)
+        .await
+        .into_iter()
+        .filter(|r| r["action"] == "rule-fire")
+        .collect();
+    assert_eq!(fires.len(), 1, "one rule-fire record: {fires:?}");
+    // B's engine holds the rule fired too; it reverts when the condition clears.
+    runner_b
+        .observe("web", &seen(0.0), at(t0, 20))
+        .await
+        .unwrap();
+    let reverted = runner_b
+        .observe("web", &seen(0.0), at(t0, 40))
+        .await
+        .unwrap();
+    assert_eq!(
+        (reverted[0].verdict, reverted[0].version),
+        (Verdict::Revert, Some(3))
+    );
+    assert_eq!(
+        latest(&first).await,
+        (3, Fallback::OnGiveUp, "rule:cdn-504".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn two_runners_over_one_database_fire_a_rule_once() {
+    let dir = tempfile::tempdir().unwrap();
+    two_runners_fire_once(&format!(
+        "sqlite://{}",
+        dir.path().join("center.db").display()
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn on_postgres_two_runners_fire_a_rule_once() {
+    let Some(url) = support::postgres_url("two runners firing one rule") else {
+        return;
+    };
+    two_runners_fire_once(&support::postgres_schema(&url).await).await;
+}
+
+/// A deletion whose revert was published but whose own write then failed (the database
+/// refuses it: a trigger the test adds): the rule stays stored, idle, and the runner reads
+/// it so, firing again while its condition holds instead of holding a change that is gone.
+#[tokio::test]
+async fn a_failed_deletion_after_its_revert_leaves_the_rule_idle_in_the_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("center.db").display());
+    let (center, runner) = setup_on(TestCenter::on(&url, None).await, false).await;
+    let t0 = Instant::now();
+    fire(&runner, t0).await;
+    let db = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER keep_rules BEFORE DELETE ON center_rules
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
+    let editor = center.api(&center.editor);
+    let (status, _) = editor
+        .send("DELETE", "/v1/services/web/rules/cdn-504", None)
+        .await;
+    assert!(status >= 500, "{status}");
+    assert_eq!(latest(&center).await.0, 3, "the revert was published");
+    let waiting = runner.observe("web", &seen(0.4), at(t0, 11)).await.unwrap();
+    assert!(waiting.is_empty(), "{waiting:?}");
+    let fired = runner.observe("web", &seen(0.4), at(t0, 21)).await.unwrap();
+    assert_eq!(
+        (fired[0].verdict, fired[0].action, fired[0].version),
+        (Verdict::Fire, "rule-fire", Some(4)),
+        "{fired:?}"
+    );
+}
+
+/// Both rules set attempts to 2: b's firing publishes nothing but holds the field, so when
+/// a clears first the 2 stays (b is still active) and b restores the 3 when it clears.
+#[tokio::test]
+async fn two_rules_setting_one_value_keep_it_until_both_clear() {
+    let (center, runner) = two_rules_on(TestCenter::sqlite().await, 2).await;
+    let t0 = Instant::now();
+    let fired = run(&runner, t0, &[(0, 0.4, 1.0), (10, 0.4, 1.0)]).await;
+    assert_eq!(fired, [("a-cut".into(), Some(2)), ("b-cut".into(), None)]);
+    let (_, detail) = newest(&center, "rule-fire").await;
+    assert_eq!(detail["rule"], "b-cut");
+    assert_eq!(detail["changes"][0]["before"], 2, "a held field: {detail}");
+    let a_back = run(&runner, t0, &[(20, 0.0, 1.0), (40, 0.0, 1.0)]).await;
+    assert_eq!(a_back, [("a-cut".into(), None)], "b still holds the 2");
+    assert_eq!(latest(&center).await.0, 2);
+    let b_back = run(&runner, t0, &[(50, 0.0, 0.1), (70, 0.0, 0.1)]).await;
+    assert_eq!(b_back, [("b-cut".into(), Some(3))]);
+    assert_eq!(latest(&center).await.0, 3, "the value before both rules");
+}
+
+/// A revert that hands a value over writes its `rule-revert` and `rule-handoff` records in
+/// one transaction: when the hand-over cannot be written (the database refuses it: a
+/// trigger the test adds), neither is, the rule stays active, and the next observation
+/// after the database accepts it again carries the revert out whole.
+#[tokio::test]
+async fn a_revert_and_its_hand_over_are_written_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("center.db").display());
+    let (center, runner) = two_rules_on(TestCenter::on(&url, None).await, 1).await;
+    let t0 = Instant::now();
+    run(&runner, t0, &[(0, 0.4, 1.0), (10, 0.4, 1.0)]).await;
+    let db = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER no_handoff BEFORE INSERT ON center_audit
+         WHEN NEW.action = 'rule-handoff'
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
+    run(&runner, t0, &[(20, 0.0, 1.0)]).await;
+    let refused = runner.observe("web", &both(0.0, 1.0), at(t0, 40)).await;
+    assert!(refused.is_err(), "{refused:?}");
+    let reverts = audit(&center)
+        .await
+        .into_iter()
+        .filter(|r| r["action"] == "rule-revert")
+        .count();
+    assert_eq!(reverts, 0, "no revert record without its hand-over");
+    sqlx::query("DROP TRIGGER no_handoff")
+        .execute(&db)
+        .await
+        .unwrap();
+    let a_back = run(&runner, t0, &[(41, 0.0, 1.0)]).await;
+    assert_eq!(a_back, [("a-cut".into(), None)]);
+    let (record, detail) = newest(&center, "rule-handoff").await;
+    assert_eq!(record["actor"], "rule:b-cut");
+    assert_eq!(detail["changes"][0]["before"], 3, "{detail}");
 }

@@ -19,6 +19,10 @@
 //! value; a person's edit in between is still newer than every rule's and is kept. Handing
 //! over is the same test as keeping a person's edit (the field no longer holds the rule's
 //! value), with one question more: did another rule that is still active take it over?
+//!
+//! **Two rules setting one value.** If B sets the very value A set (4 → 1, then 1), B
+//! changes nothing but *holds* the field ([`apply_among`]): A clearing first hands B its 4
+//! instead of restoring it under B, and B clearing first puts nothing back.
 
 use std::collections::BTreeMap;
 
@@ -59,15 +63,17 @@ pub enum Action {
     IsolateBreaker(bool),
 }
 
-/// Every field an action sets, as [`Action::field`] names it.
-const FIELDS: [&[&str]; 7] = [
-    &["retry", "max_attempts"],
-    &["timeouts", "connect"],
-    &["timeouts", "per_try"],
-    &["timeouts", "overall"],
-    &["budget"],
-    &["fallback"],
-    &["breaker", "isolated"],
+/// One action for each field an action sets: a [`FieldEdit`] read back finds its field's
+/// keys by [`Action::field`] of these, so the names are written once (a test over every
+/// variant fails if one is missing here).
+const ONE_PER_FIELD: [Action; 7] = [
+    Action::Attempts(1),
+    Action::Timeout(TimeoutField::Connect, Duration::ZERO),
+    Action::Timeout(TimeoutField::PerTry, Duration::ZERO),
+    Action::Timeout(TimeoutField::Overall, Duration::ZERO),
+    Action::Budget(BudgetSpec::AwsStandard),
+    Action::Fallback(Fallback::Always),
+    Action::IsolateBreaker(true),
 ];
 
 impl Action {
@@ -122,6 +128,14 @@ pub struct FieldEdit {
     pub after: Option<Value>,
 }
 
+impl FieldEdit {
+    /// Whether the firing changed the field (`false`: it holds a value another active rule
+    /// set, see [`apply_among`]).
+    pub fn changed(&self) -> bool {
+        self.before != self.after
+    }
+}
+
 #[derive(Deserialize)]
 struct RawFieldEdit {
     field: String,
@@ -135,8 +149,9 @@ impl TryFrom<RawFieldEdit> for FieldEdit {
     type Error = String;
 
     fn try_from(raw: RawFieldEdit) -> Result<Self, String> {
-        let keys = FIELDS
-            .into_iter()
+        let keys = ONE_PER_FIELD
+            .iter()
+            .map(Action::field)
             .find(|keys| keys.join(".") == raw.field)
             .ok_or_else(|| format!("field: no rule action sets {:?}", raw.field))?;
         Ok(FieldEdit {
@@ -233,6 +248,48 @@ pub fn apply(
     Ok((replace(file, endpoint, new), edits))
 }
 
+/// [`apply`] among the other rules that are active now (`active`): a field the actions set
+/// to the value another active rule set there already is recorded as *held* (an edit whose
+/// values before and after are that value, [`FieldEdit::changed`] false), where [`apply`]
+/// records nothing.
+///
+/// Why: rule A sets `retry.max_attempts` 4 → 1, then rule B sets it to 1 too. Had B no
+/// edit, A clearing while B still holds would restore 4 and B's protection would be gone
+/// with no rule left to say so. With B's held edit, A's revert finds a rule still holding
+/// its value and hands it its value before instead ([`revert`]); B restores 4 when it
+/// clears. If B clears first its held edit puts nothing back, and A restores 4 later. A
+/// field a *person* already set to the rule's value is not held: the rule changed nothing
+/// there and has nothing to restore.
+pub fn apply_among(
+    file: &PolicyFile,
+    endpoint: &str,
+    actions: &[Action],
+    active: &[Firing],
+) -> Result<(PolicyFile, Vec<FieldEdit>), PolicyError> {
+    let (new, mut edits) = apply(file, endpoint, actions)?;
+    let policy = endpoint_policy(file, endpoint, &FieldPath::endpoint(endpoint))?;
+    for action in actions {
+        let keys = action.field();
+        if edits.iter().any(|e| e.keys == keys) {
+            continue;
+        }
+        let now = policy.file_value(keys);
+        let held = active.iter().any(|other| {
+            other.endpoint == endpoint
+                && other.edits.iter().any(|e| e.keys == keys && e.after == now)
+        });
+        if held {
+            edits.push(FieldEdit {
+                field: action.field_name(),
+                keys,
+                before: now.clone(),
+                after: now,
+            });
+        }
+    }
+    Ok((new, edits))
+}
+
 /// `file` with `firing` undone where each field still holds the value the firing set, and
 /// what was done with each field.
 ///
@@ -254,7 +311,27 @@ pub fn revert(
     for edit in &firing.edits {
         let now = policy.and_then(|p| p.file_value(edit.keys));
         if policy.is_some() && now == edit.after {
-            restore.push((edit.keys, edit.before.clone()));
+            // Another active rule holding this very value ([`apply_among`]) takes over the
+            // value before; a held edit of this rule's own has nothing to put back.
+            let holder = edit.changed()
+                && active.iter().any(|other| {
+                    other.rule != firing.rule
+                        && other.endpoint == firing.endpoint
+                        && other
+                            .edits
+                            .iter()
+                            .any(|e| e.field == edit.field && !e.changed() && e.after == now)
+                });
+            if holder && let Some(to) = hand_over(firing, edit, active, &mut handed) {
+                fields.push(RevertedField::HandedOver {
+                    edit: edit.clone(),
+                    to,
+                });
+                continue;
+            }
+            if edit.changed() {
+                restore.push((edit.keys, edit.before.clone()));
+            }
             fields.push(RevertedField::Restored(edit.clone()));
             continue;
         }

@@ -68,7 +68,9 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-pub use action::{Action, FieldEdit, Firing, Reverted, RevertedField, TimeoutField, apply, revert};
+pub use action::{
+    Action, FieldEdit, Firing, Reverted, RevertedField, TimeoutField, apply, apply_among, revert,
+};
 pub use condition::{Condition, Direction, Threshold};
 pub use engine::{Decision, RuleEngine, Verdict};
 pub use observe::{Observations, Series};

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{EP, error_field, rules, secs};
-use crate::policy::{Fallback, PolicyError, PolicyFile};
+use crate::policy::{BudgetSpec, Fallback, PolicyError, PolicyFile};
 use crate::rules::*;
 
 fn firing(rule: &str, edits: Vec<FieldEdit>) -> Firing {
@@ -218,16 +218,33 @@ fn a_person_s_value_set_between_two_rules_is_not_handed_over() {
 
 #[test]
 fn a_firing_reads_back_from_json_and_an_unknown_field_is_refused() {
-    let file = PolicyFile::from_toml(POLICY).unwrap();
+    let with_breaker = format!("{POLICY}breaker = {{ count = 20 }}\n");
+    let file = PolicyFile::from_toml(&with_breaker).unwrap();
     let actions = [
         Action::Attempts(1),
         Action::Timeout(TimeoutField::Connect, secs(1)),
         Action::Timeout(TimeoutField::PerTry, secs(1)),
         Action::Timeout(TimeoutField::Overall, secs(2)),
+        Action::Budget(BudgetSpec::AwsStandard),
         Action::Fallback(Fallback::Always),
+        Action::IsolateBreaker(true),
     ];
+    // Every variant (and every timeout) is here: a new one fails to compile until it is
+    // added, and then this test checks that its field reads back.
+    for action in &actions {
+        match action {
+            Action::Attempts(_)
+            | Action::Budget(_)
+            | Action::Fallback(_)
+            | Action::IsolateBreaker(_)
+            | Action::Timeout(
+                TimeoutField::Connect | TimeoutField::PerTry | TimeoutField::Overall,
+                _,
+            ) => {}
+        }
+    }
     let (_, edits) = apply(&file, EP, &actions).unwrap();
-    assert_eq!(edits.len(), 5);
+    assert_eq!(edits.len(), actions.len(), "{edits:?}");
     let fired = firing("cdn-504", edits);
     let text = serde_json::to_string(&fired).unwrap();
     assert_eq!(serde_json::from_str::<Firing>(&text).unwrap(), fired);
@@ -252,4 +269,43 @@ fn an_action_that_breaks_the_policy_is_refused_with_the_field() {
     assert!(error_field(err).starts_with(r#"endpoints."GET /img/*".timeouts"#));
     let err = apply(&file, "GET /nope", &[Action::Attempts(1)]).unwrap_err();
     assert_eq!(error_field(err), r#"endpoints."GET /nope""#);
+}
+
+#[test]
+fn two_rules_setting_one_value_hand_it_over_in_either_order() {
+    let file = PolicyFile::from_toml(POLICY).unwrap();
+    let (after_a, edits_a) = apply(&file, EP, &[Action::Attempts(1)]).unwrap();
+    let a = firing("a", edits_a);
+    // B sets the 1 that A set: a held edit (and no new version to publish).
+    let (after_b, edits_b) = apply_among(
+        &after_a,
+        EP,
+        &[Action::Attempts(1)],
+        std::slice::from_ref(&a),
+    )
+    .unwrap();
+    assert_eq!(after_b, after_a);
+    assert_eq!(edits_b.len(), 1);
+    assert!(!edits_b[0].changed());
+    let b = firing("b", edits_b);
+    // A clears first: B keeps its 1 and takes over A's 3.
+    let by_a = revert(&after_b, &a, std::slice::from_ref(&b)).unwrap();
+    assert!(by_a.file.is_none(), "B still holds attempts at 1");
+    assert!(
+        matches!(&by_a.fields[0], RevertedField::HandedOver { to, .. } if to == "b"),
+        "{:?}",
+        by_a.fields
+    );
+    let b_now = &by_a.handed[0];
+    assert_eq!(b_now.edits[0].before, Some(3.into()));
+    let by_b = revert(&after_b, b_now, &[]).unwrap();
+    assert_eq!(attempts(&by_b.file.unwrap()), 3);
+    // B clears first: its held edit puts nothing back; A restores 3 later.
+    let by_b = revert(&after_b, &b, std::slice::from_ref(&a)).unwrap();
+    assert!(by_b.file.is_none() && by_b.handed.is_empty());
+    let by_a = revert(&after_b, &a, &[]).unwrap();
+    assert_eq!(attempts(&by_a.file.unwrap()), 3);
+    // A person's value equal to the rule's is not held: nothing recorded.
+    let (_, edits) = apply_among(&after_a, EP, &[Action::Attempts(1)], &[]).unwrap();
+    assert!(edits.is_empty());
 }
