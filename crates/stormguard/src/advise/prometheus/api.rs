@@ -4,7 +4,7 @@
 //!
 //! An answer is `{"status":"success","data":{"resultType":…,"result":[…]}}` or
 //! `{"status":"error","errorType":…,"error":…}`; sample values are strings (`"0.5"`,
-//! `"NaN"`, `"+Inf"`) read by [`parse_value`](super::exposition::parse_value). Whatever the
+//! `"NaN"`, `"+Inf"`) read by [`parse_value`]. Whatever the
 //! server sends, the answer is numbers or a [`QueryError`] saying what was wrong.
 
 use std::collections::BTreeMap;
