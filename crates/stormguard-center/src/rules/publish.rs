@@ -56,6 +56,13 @@ struct Standing {
     others: Vec<Active>,
 }
 
+impl Standing {
+    /// The other active rules' firings, oldest first.
+    fn other_firings(&self) -> Vec<Firing> {
+        self.others.iter().map(|a| a.firing.clone()).collect()
+    }
+}
+
 /// Fires `rule` on `service`'s latest version; `detail` holds the observed values and
 /// receives the changes. A dry run records what it would change and publishes nothing; a
 /// rule whose last record says it fired already writes nothing.
@@ -112,9 +119,13 @@ fn plan(
             if !rule.dry_run && standing.active.is_some() {
                 return Ok(None);
             }
-            let others: Vec<Firing> = standing.others.iter().map(|a| a.firing.clone()).collect();
-            let (new, edits) = apply_among(file, &rule.endpoint, &rule.actions, &others)
-                .map_err(|e| e.to_string())?;
+            let (new, edits) = apply_among(
+                file,
+                &rule.endpoint,
+                &rule.actions,
+                &standing.other_firings(),
+            )
+            .map_err(|e| e.to_string())?;
             detail["changes"] = json!(&edits);
             let changed: Vec<FieldEdit> = edits.into_iter().filter(FieldEdit::changed).collect();
             Ok(Some(Plan {
@@ -135,8 +146,8 @@ fn plan(
             };
             detail["endpoint"] = json!(active.firing.endpoint);
             detail["fired_in"] = json!(active.version);
-            let others: Vec<Firing> = standing.others.iter().map(|a| a.firing.clone()).collect();
-            let reverted = revert(file, &active.firing, &others).map_err(|e| e.to_string())?;
+            let reverted = revert(file, &active.firing, &standing.other_firings())
+                .map_err(|e| e.to_string())?;
             detail["changes"] = reverted_json(&reverted.fields);
             Ok(Some(Plan {
                 file: reverted.file,

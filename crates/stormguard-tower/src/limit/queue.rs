@@ -186,9 +186,20 @@ impl WaitQueue {
         if self.len_hint.load(Ordering::SeqCst) > 0 {
             return self.admit(limiter, Some((ticket, outcome)), now);
         }
+        self.release_and_look(limiter, ticket, now, outcome);
+    }
+
+    /// Gives `ticket` back to `limiter`, then looks for waiters once more: a request refused
+    /// a moment ago may have joined as the slot came free (after the last look), and it must
+    /// not wait for the next slot.
+    fn release_and_look(
+        &self,
+        limiter: &Limiter,
+        ticket: Ticket,
+        now: Instant,
+        outcome: Option<Outcome>,
+    ) {
         release(limiter, ticket, now, outcome);
-        // A request refused a moment ago may have joined as this slot came free: it must not
-        // wait for the next one.
         if self.len_hint.load(Ordering::SeqCst) > 0 {
             self.admit(limiter, None, now);
         }
@@ -239,12 +250,8 @@ impl WaitQueue {
         self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
         drop(state);
         if let Some((ticket, outcome)) = slot {
-            release(limiter, ticket, now, outcome);
-            // Every waiter had gone; one that joined after the lock was dropped (and found
-            // the slot not yet released) must not wait for the next one.
-            if self.len_hint.load(Ordering::SeqCst) > 0 {
-                self.admit(limiter, None, now);
-            }
+            // Every waiter had gone; one may have joined since the lock was dropped.
+            self.release_and_look(limiter, ticket, now, outcome);
         }
     }
 
