@@ -2,7 +2,8 @@
 //! CPU-bound handler of known capacity, driven at 3x that capacity by a bounded open-loop
 //! load generator whose clients retry a 503 (or a timeout) once, at once, without a budget.
 //!
-//! First the unloaded latency: one request at a time for two seconds (its p99 is the yardstick).
+//! First the unloaded latency: one request at a time for five seconds (its p99 is the
+//! yardstick).
 //! Then three servers, one after the other: unprotected; tower's static `ConcurrencyLimit`
 //! (with `LoadShed`, answering 503) tuned to the worker count; stormguard's
 //! `AdaptiveLimitLayer` with its defaults (Vegas, behind `DeadlineLayer`). For each: goodput
@@ -20,6 +21,7 @@
 //!
 //! `cargo run --release -p stormguard-tower --example limit_load [-- seconds]`
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -114,6 +116,17 @@ fn spin(work: Duration) {
 async fn handler(State(pool): State<CpuPool>) -> &'static str {
     pool.run().await;
     "done"
+}
+
+/// Counts the values of `layer`'s limit every 10 ms until aborted.
+async fn sample_limit(layer: AdaptiveLimitLayer, counts: Arc<Mutex<BTreeMap<u32, u64>>>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    loop {
+        tick.tick().await;
+        if let Ok(mut counts) = counts.lock() {
+            *counts.entry(layer.limiter().limit()).or_default() += 1;
+        }
+    }
 }
 
 /// Latencies of the 200 answers as the server sees them: from the request reaching its
@@ -309,7 +322,7 @@ fn main() {
     // Capacity and unloaded latency: one request at a time, then 90 % of capacity.
     let layer = || AdaptiveLimitLayer::new(LimiterConfig::default()).expect("valid");
     let (addr, server, served) = serve("none", &layer());
-    let unloaded = clients.block_on(one_at_a_time(addr, Duration::from_secs(2)));
+    let unloaded = clients.block_on(one_at_a_time(addr, Duration::from_secs(5)));
     let unloaded_server = served.lock().map(|h| h.clone()).expect("histogram");
     let capacity = WORKERS as f64 / WORK.as_secs_f64();
     let saturated = clients.block_on(load(addr, capacity * 0.9, 2));
@@ -337,7 +350,10 @@ fn main() {
     for mode in ["none", "tower", "stormguard"] {
         let limit = layer();
         let (addr, server, served) = serve(mode, &limit);
+        let limits = Arc::new(Mutex::new(BTreeMap::new()));
+        let sampler = clients.spawn(sample_limit(limit.clone(), Arc::clone(&limits)));
         let f = clients.block_on(load(addr, rate, seconds));
+        sampler.abort();
         drop(server);
         let at_server = served.lock().map(|h| h.clone()).expect("histogram");
         let name = match mode {
@@ -369,6 +385,16 @@ fn main() {
             let stats = limit.stats();
             let limiter = limit.limiter();
             let show = |d: Option<Duration>| d.map_or("-".to_owned(), |d| format!("{d:.2?}"));
+            let limits = limits.lock().map(|l| l.clone()).expect("samples");
+            let samples: u64 = limits.values().sum();
+            let shares: Vec<String> = limits
+                .iter()
+                .map(|(limit, n)| format!("{limit}: {:.1} %", 100.0 * *n as f64 / samples as f64))
+                .collect();
+            println!(
+                "  the limit's values over the run (sampled every 10 ms): {}",
+                shares.join(", ")
+            );
             println!(
                 "  the layer: limit {} at the end (round trip {}, no-load {}), admitted {} ({} \
                  after queueing), shed {} (deadline {}, queue full {}, queue timeout {})",
