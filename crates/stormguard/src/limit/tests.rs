@@ -179,7 +179,8 @@ fn a_window_adds_up_the_samples_of_every_releasing_thread() {
 
 /// One worker behind a Vegas limit of 4: each window's requests wait for three others, so
 /// the mean RTT is 2.5 times the no-load RTT. Vegas's request-count thresholds alone keep 4
-/// (the estimated queue of 3 is under `6·log10(4)`); the tolerance of 2 cuts it to
+/// (the estimated queue, `round(4 × (1 − 1 / 2.5)) = 2`, is between `3·log10(4)` and
+/// `6·log10(4)`); the tolerance of 2 cuts it to
 /// `4 × 2 / 2.5 = 3.2`, and a window within the tolerance then leaves it there.
 #[test]
 fn vegas_lowers_a_limit_whose_round_trips_exceed_the_tolerance() {
