@@ -146,49 +146,64 @@ impl World<'_> {
         call: u32,
         ended: impl FnOnce(&mut CallState<'_>) -> Option<AttemptOutcome>,
     ) -> Next {
-        let model = self.model;
         let c = self.calls.get_mut(call as usize)?;
         let ended = ended(c)?;
         if let Some(permit) = c.permit.take() {
             permit.record(ended.outcome, duration(now.saturating_sub(c.sent)));
         }
-        let deadline = c.deadline;
-        let remaining = || (deadline != NEVER).then(|| duration(deadline.saturating_sub(now)));
-        let decision = match (&mut c.run, c.first.take()) {
-            (Some(run), _) => run.finish_attempt(ended, remaining, &mut self.rng),
-            // The first attempt succeeded: what the run would record (it stops), without
-            // building one; the guard, dropped, tells the budget that the request ended.
-            (None, Some(first)) if ended.outcome.is_success() => {
+        let edge = c.edge;
+        let decision = match &c.first {
+            // The first attempt succeeded (nearly every call): what the run would record
+            // (it stops), without building one. The guard, dropped when the call ends,
+            // tells the budget that the request ended.
+            Some(first) if ended.outcome.is_success() => {
                 first.budget().record_success(None);
                 Decision::Stop(StopReason::Succeeded)
             }
-            (None, Some(first)) => {
-                let edge = model.edges.get(c.edge as usize)?;
-                c.run
-                    .insert(RetryRun::after_first_attempt(
-                        &edge.policy,
-                        first,
-                        edge.retry_safe,
-                    ))
-                    .finish_attempt(ended, remaining, &mut self.rng)
-            }
-            (None, None) => return None,
+            _ => self.decide_with_run(now, call, ended)?,
         };
         match decision {
             Decision::Retry { delay, .. } => {
                 let at = now.saturating_add(crate::time::nanos(delay));
-                let token = c.token;
+                let token = self.calls.get(call as usize)?.token;
                 if at == now {
                     return self.send(now, call);
                 }
                 self.queue.push(at, pack(RETRY, call, token));
                 None
             }
-            Decision::Stop(reason) => {
-                let edge = c.edge;
-                self.end_call(now, call, edge, reason)
-            }
+            Decision::Stop(reason) => self.end_call(now, call, edge, reason),
         }
+    }
+
+    /// The core's decision after an attempt of `call` that ended so — the run of a call
+    /// whose first attempt did not succeed, built then from its guard. Out of line: only
+    /// calls that failed once come here, and keeping the run's code out of the event loop
+    /// leaves the loop's registers to the common path.
+    #[inline(never)]
+    fn decide_with_run(
+        &mut self,
+        now: Nanos,
+        call: u32,
+        ended: AttemptOutcome,
+    ) -> Option<Decision> {
+        let model = self.model;
+        let c = self.calls.get_mut(call as usize)?;
+        let deadline = c.deadline;
+        let remaining = || (deadline != NEVER).then(|| duration(deadline.saturating_sub(now)));
+        let run = match &mut c.run {
+            Some(run) => run,
+            None => {
+                let first = c.first.take()?;
+                let edge = model.edges.get(c.edge as usize)?;
+                c.run.insert(RetryRun::after_first_attempt(
+                    &edge.policy,
+                    first,
+                    edge.retry_safe,
+                ))
+            }
+        };
+        Some(run.finish_attempt(ended, remaining, &mut self.rng))
     }
 
     /// `call` (on `edge`) stopped: its request goes on, or fails.
@@ -213,8 +228,10 @@ impl World<'_> {
 
     /// `call` (on `edge`) failed: its request fails. (Apart from
     /// [`end_call`](World::end_call), so that [`send`](World::send), which calls it when the
-    /// breaker is open, is not part of a cycle of calls and all of them inline.)
-    #[inline(always)]
+    /// breaker is open, is not part of a cycle of calls; out of line, since calls seldom
+    /// fail, so that its copies of the request's end take no registers from the common
+    /// path.)
+    #[inline(never)]
     pub(super) fn fail_call(&mut self, now: Nanos, call: u32, edge: u32) -> Next {
         let model = self.model;
         if let Some(c) = self.calls.get_mut(call as usize) {
