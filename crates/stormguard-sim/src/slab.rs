@@ -66,7 +66,7 @@ impl<T> Slab<T> {
     /// Stores `value`; `None` when all [`MAX_SLOT`] + 1 slots are taken.
     ///
     /// Always inlined: the value is then written straight into its slot, not built and
-    /// copied (the simulator's per-call state is over a hundred bytes).
+    /// copied (the simulators' per-request states are several words).
     #[inline(always)]
     pub fn insert(&mut self, value: T) -> Option<u32> {
         self.insert_mut(value).map(|(id, _)| id)

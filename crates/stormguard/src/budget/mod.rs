@@ -204,6 +204,22 @@ impl<'a, B: RetryBudget + ?Sized> RequestGuard<'a, B> {
         budget.request_started();
         RequestGuard { budget }
     }
+
+    /// The budget, whose [`request_finished`](RetryBudget::request_finished) is now the
+    /// caller's to call (a [`RetryRun`](crate::retry::RetryRun) taking the request over
+    /// calls it when dropped).
+    #[inline]
+    pub(crate) fn into_budget(self) -> &'a B {
+        let budget = self.budget;
+        std::mem::forget(self);
+        budget
+    }
+
+    /// The budget the request was started on.
+    #[inline]
+    pub fn budget(&self) -> &'a B {
+        self.budget
+    }
 }
 
 impl<B: RetryBudget + ?Sized> Drop for RequestGuard<'_, B> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::RngCore;
 
 use super::policy::RetryPolicy;
-use crate::budget::{RetryBudget, Withdrawal};
+use crate::budget::{RequestGuard, RetryBudget, Withdrawal};
 use crate::classify::Outcome;
 
 /// Why a logical request stopped.
@@ -185,21 +185,42 @@ impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
     /// simulator's scenarios), and hands every run the checked one.
     #[inline]
     pub fn start(policy: &'a RetryPolicy, budget: &'a B, retry_safe: bool) -> Self {
-        RetryRun::after_first_attempt(policy, RequestStarted::new(budget), retry_safe)
+        RetryRun::after_first_attempt(policy, RequestGuard::new(budget), retry_safe)
     }
 
     /// [`RetryRun::start`] for a request whose first attempt was sent under `request` alone:
-    /// the retrier builds a run only when that attempt did not succeed, so a call that
-    /// succeeds at once never builds one.
+    /// an executor may build a run only when that attempt did not succeed, so that a call
+    /// that succeeds at once never builds one (the tokio retrier and the simulator do).
+    ///
+    /// Such a first attempt that succeeds is recorded with
+    /// [`RetryBudget::record_success`]`(None)` before `request` is dropped: what
+    /// [`finish_attempt`](RetryRun::finish_attempt) records for it, so the budget hears the
+    /// same either way. Hand over the guard of a first attempt that did not succeed, then
+    /// call `finish_attempt` with how it ended.
+    ///
+    /// ```
+    /// use rand::{SeedableRng, rngs::SmallRng};
+    /// use stormguard::budget::{RequestGuard, TokenBucket};
+    /// use stormguard::classify::Outcome;
+    /// use stormguard::retry::{Decision, RetryPolicy, RetryRun};
+    ///
+    /// let policy = RetryPolicy::new(3);
+    /// let budget = TokenBucket::spend_per_retry(10, 0.1)?;
+    /// let request = RequestGuard::new(&budget);
+    /// // ... the first attempt failed:
+    /// let mut run = RetryRun::after_first_attempt(&policy, request, true);
+    /// let decision = run.finish_attempt(Outcome::Retryable.into(), || None, &mut SmallRng::seed_from_u64(1));
+    /// assert!(matches!(decision, Decision::Retry { attempt: 2, .. }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[inline]
-    pub(crate) fn after_first_attempt(
+    pub fn after_first_attempt(
         policy: &'a RetryPolicy,
-        request: RequestStarted<'a, B>,
+        request: RequestGuard<'a, B>,
         retry_safe: bool,
     ) -> Self {
         // The run takes over telling the budget that the request ended (in its own drop).
-        let budget = request.budget;
-        std::mem::forget(request);
+        let budget = request.into_budget();
         RetryRun {
             policy,
             budget,
@@ -339,29 +360,6 @@ impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
             self.holding_retry = false;
             self.budget.retry_finished();
         }
-    }
-}
-
-/// A logical request the budget has been told about ([`RetryBudget::request_started`]) and
-/// must hear the end of: dropping it calls [`RetryBudget::request_finished`], whether the
-/// request ended or its caller dropped it. [`RetryRun::after_first_attempt`] takes it over.
-pub(crate) struct RequestStarted<'a, B: RetryBudget + ?Sized> {
-    budget: &'a B,
-}
-
-impl<'a, B: RetryBudget + ?Sized> RequestStarted<'a, B> {
-    /// Tells `budget` a request starts.
-    #[inline]
-    pub(crate) fn new(budget: &'a B) -> Self {
-        budget.request_started();
-        RequestStarted { budget }
-    }
-}
-
-impl<B: RetryBudget + ?Sized> Drop for RequestStarted<'_, B> {
-    #[inline]
-    fn drop(&mut self) {
-        self.budget.request_finished();
     }
 }
 

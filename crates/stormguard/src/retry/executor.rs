@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::decide::{AttemptOutcome, Decision, RequestStarted, RetryRun, StopReason};
+use super::decide::{AttemptOutcome, Decision, RetryRun, StopReason};
 use super::error::{Failure, RetryError};
 use super::key::IdempotencyKey;
 use super::observe::RetryObserver;
@@ -365,7 +365,7 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
         P: RetryObserver,
     {
         let retry_safe = call.is_retry_safe(self.policy.idempotent());
-        let request = RequestStarted::new(&self.budget);
+        let request = crate::budget::RequestGuard::new(&self.budget);
         // The first attempt, when nothing but the operation bounds it, runs before any retry
         // state exists: a call that succeeds at once builds no run, no generator and no timer,
         // and keeps nothing across its one await but what the attempt needs.

@@ -10,7 +10,9 @@
 //! [`BudgetSpec::build`](stormguard::policy::BudgetSpec::build) and its
 //! [`CircuitBreaker`](stormguard::breaker::CircuitBreaker), all on the virtual clock — while
 //! an outage, a latency spike or a 503 rate hits a service for a while. The same decision
-//! code as the `chain` scenario and the tokio `Retrier`; no second retry loop.
+//! code as the `chain` scenario and the tokio `Retrier`; no second retry loop. (As in the
+//! `Retrier`, a first attempt runs under the budget's request guard alone and the run is
+//! built from it when that attempt did not succeed: the budget hears the same calls.)
 //!
 //! # The model
 //!

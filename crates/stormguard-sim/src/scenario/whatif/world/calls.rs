@@ -16,7 +16,11 @@ impl World<'_> {
             return;
         };
         while let Some((at, call, token)) = fifo.front() {
-            if self.calls.get(call).is_some_and(|c| c.token == token) {
+            if self
+                .calls
+                .get(call as usize)
+                .is_some_and(|c| c.token == token)
+            {
                 self.queue.push(at, pack(TIMER, e as u32, 0));
                 if let Some(armed) = self.armed.get_mut(e) {
                     *armed = at;
@@ -50,20 +54,21 @@ impl World<'_> {
         if deadline <= now {
             return self.finish(now, slot, Answer::Unavailable);
         }
-        let run = RetryRun::start(&edge.policy, &*edge.budget, edge.retry_safe);
-        let Some(call) = self.calls.insert(CallState {
-            edge: index as u32,
-            request: slot,
-            deadline,
-            token: 0,
-            sent: now,
-            run,
-            permit: None,
-        }) else {
-            self.full("too many calls in flight");
-            return None;
-        };
-        self.send(now, call)
+        if slot as usize >= self.calls.len() {
+            self.grow_calls(slot);
+        }
+        let c = self.calls.get_mut(slot as usize)?;
+        c.edge = index as u32;
+        c.deadline = deadline;
+        c.first = Some(RequestGuard::new(&*edge.budget));
+        self.send(now, slot)
+    }
+
+    /// Makes room in [`World::calls`] for the call of request `slot` (the slab of requests
+    /// grew).
+    #[cold]
+    fn grow_calls(&mut self, slot: u32) {
+        self.calls.resize_with(slot as usize + 1, CallState::idle);
     }
 
     /// Sends the next attempt of `call`.
@@ -71,15 +76,15 @@ impl World<'_> {
     pub(super) fn send(&mut self, now: Nanos, call: u32) -> Next {
         let model = self.model;
         let token = self.token();
-        let c = self.calls.get_mut(call)?;
+        let c = self.calls.get_mut(call as usize)?;
         let edge = model.edges.get(c.edge as usize)?;
         if let Some(breaker) = &edge.breaker {
             match breaker.try_acquire_owned() {
                 Ok(permit) => c.permit = Some(permit),
                 // A refused retry's withdrawal is given back when the run is dropped.
                 Err(_) => {
-                    let (request, edge) = (c.request, c.edge);
-                    return self.fail_call(now, call, request, edge);
+                    let edge = c.edge;
+                    return self.fail_call(now, call, edge);
                 }
             }
         }
@@ -141,56 +146,97 @@ impl World<'_> {
         call: u32,
         ended: impl FnOnce(&mut CallState<'_>) -> Option<AttemptOutcome>,
     ) -> Next {
-        let c = self.calls.get_mut(call)?;
+        let c = self.calls.get_mut(call as usize)?;
         let ended = ended(c)?;
         if let Some(permit) = c.permit.take() {
             permit.record(ended.outcome, duration(now.saturating_sub(c.sent)));
         }
-        let deadline = c.deadline;
-        let remaining = || (deadline != NEVER).then(|| duration(deadline.saturating_sub(now)));
-        match c.run.finish_attempt(ended, remaining, &mut self.rng) {
+        let edge = c.edge;
+        let decision = match &c.first {
+            // The first attempt succeeded (nearly every call): what the run would record
+            // (it stops), without building one. The guard, dropped when the call ends,
+            // tells the budget that the request ended.
+            Some(first) if ended.outcome.is_success() => {
+                first.budget().record_success(None);
+                Decision::Stop(StopReason::Succeeded)
+            }
+            _ => self.decide_with_run(now, call, ended)?,
+        };
+        match decision {
             Decision::Retry { delay, .. } => {
                 let at = now.saturating_add(crate::time::nanos(delay));
-                let token = c.token;
+                let token = self.calls.get(call as usize)?.token;
                 if at == now {
                     return self.send(now, call);
                 }
                 self.queue.push(at, pack(RETRY, call, token));
                 None
             }
-            Decision::Stop(reason) => {
-                let (request, edge) = (c.request, c.edge);
-                self.end_call(now, call, request, edge, reason)
-            }
+            Decision::Stop(reason) => self.end_call(now, call, edge, reason),
         }
     }
 
-    /// `call` (of `request`, on `edge`) stopped: its request goes on, or fails.
+    /// The core's decision after an attempt of `call` that ended so — the run of a call
+    /// whose first attempt did not succeed, built then from its guard. Out of line: only
+    /// calls that failed once come here, and keeping the run's code out of the event loop
+    /// leaves the loop's registers to the common path.
+    #[inline(never)]
+    fn decide_with_run(
+        &mut self,
+        now: Nanos,
+        call: u32,
+        ended: AttemptOutcome,
+    ) -> Option<Decision> {
+        let model = self.model;
+        let c = self.calls.get_mut(call as usize)?;
+        let deadline = c.deadline;
+        let remaining = || (deadline != NEVER).then(|| duration(deadline.saturating_sub(now)));
+        let run = match &mut c.run {
+            Some(run) => run,
+            None => {
+                let first = c.first.take()?;
+                let edge = model.edges.get(c.edge as usize)?;
+                c.run.insert(RetryRun::after_first_attempt(
+                    &edge.policy,
+                    first,
+                    edge.retry_safe,
+                ))
+            }
+        };
+        Some(run.finish_attempt(ended, remaining, &mut self.rng))
+    }
+
+    /// `call` (on `edge`) stopped: its request goes on, or fails.
     #[inline(always)]
     pub(super) fn end_call(
         &mut self,
         now: Nanos,
         call: u32,
-        request: u32,
         edge: u32,
         reason: StopReason,
     ) -> Next {
         if reason == StopReason::Succeeded {
-            // Dropped where it lies: the run tells its budget that the call ended (nothing
-            // below reads the budget, so this may come before the request goes on).
-            self.calls.free(call);
-            return self.next_call(now, request);
+            // Ended where it lies: the budget hears that the call ended (nothing below
+            // reads the budget, so this may come before the request goes on).
+            if let Some(c) = self.calls.get_mut(call as usize) {
+                c.end();
+            }
+            return self.next_call(now, call);
         }
-        self.fail_call(now, call, request, edge)
+        self.fail_call(now, call, edge)
     }
 
-    /// `call` (of `request`, on `edge`) failed: its request fails. (Apart from
+    /// `call` (on `edge`) failed: its request fails. (Apart from
     /// [`end_call`](World::end_call), so that [`send`](World::send), which calls it when the
-    /// breaker is open, is not part of a cycle of calls and all of them inline.)
-    #[inline(always)]
-    pub(super) fn fail_call(&mut self, now: Nanos, call: u32, request: u32, edge: u32) -> Next {
+    /// breaker is open, is not part of a cycle of calls; out of line, since calls seldom
+    /// fail, so that its copies of the request's end take no registers from the common
+    /// path.)
+    #[inline(never)]
+    pub(super) fn fail_call(&mut self, now: Nanos, call: u32, edge: u32) -> Next {
         let model = self.model;
-        self.calls.free(call);
+        if let Some(c) = self.calls.get_mut(call as usize) {
+            c.end();
+        }
         let signals = model
             .edges
             .get(edge as usize)
@@ -200,6 +246,6 @@ impl World<'_> {
         } else {
             Answer::Unavailable
         };
-        self.finish(now, request, answer)
+        self.finish(now, call, answer)
     }
 }

@@ -48,7 +48,7 @@ use std::collections::VecDeque;
 
 use rand::rngs::SmallRng;
 use stormguard::breaker::OwnedPermit;
-use stormguard::budget::RetryBudget;
+use stormguard::budget::{RequestGuard, RetryBudget};
 use stormguard::classify::Outcome;
 use stormguard::retry::{AttemptOutcome, Decision, RetryRun, StopReason};
 
@@ -76,6 +76,9 @@ pub(super) const TIMER: u8 = 4;
 const NONE: u32 = u32::MAX;
 /// No deadline.
 const NEVER: Nanos = Nanos::MAX;
+/// The token of no attempt: a slot with no call in flight ([`World::token`] never hands
+/// it out).
+const IDLE: u32 = 0;
 
 /// How a request ended, as its caller sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,16 +112,51 @@ struct Request {
     cut: bool,
 }
 
-/// One call a request makes.
+/// The call a request is making (a request makes its calls one at a time), kept at the
+/// request's slot number in [`World::calls`]: a call needs no slot of its own, and an
+/// event of a call (a retry, a timeout) names it by its request's slot and the attempt's
+/// token.
+///
+/// Its first attempt runs under the budget's [`RequestGuard`] alone, as in the tokio
+/// retrier: the core's [`RetryRun`] is built only when that attempt did not succeed, so a
+/// call that succeeds at once (nearly every call) builds none.
 struct CallState<'p> {
     edge: u32,
-    request: u32,
-    deadline: Nanos,
-    /// The attempt in flight (a reply or timeout with another token is stale).
+    /// The attempt in flight (a reply or timeout with another token is stale); [`IDLE`]:
+    /// no call.
     token: u32,
+    deadline: Nanos,
     sent: Nanos,
-    run: RetryRun<'p, dyn RetryBudget + 'p>,
+    /// The request on the budget while the first attempt is in flight.
+    first: Option<RequestGuard<'p, dyn RetryBudget + 'p>>,
+    /// The run that took the request over when the first attempt did not succeed.
+    run: Option<RetryRun<'p, dyn RetryBudget + 'p>>,
     permit: Option<OwnedPermit>,
+}
+
+impl CallState<'_> {
+    /// No call: what a slot holds between calls.
+    const fn idle() -> Self {
+        CallState {
+            edge: 0,
+            token: IDLE,
+            deadline: NEVER,
+            sent: 0,
+            first: None,
+            run: None,
+            permit: None,
+        }
+    }
+
+    /// Ends the call: the budget hears that the request ended (from the guard or the run,
+    /// dropped here), and events of its attempts are stale from now on.
+    #[inline(always)]
+    fn end(&mut self) {
+        self.token = IDLE;
+        self.first = None;
+        self.run = None;
+        self.permit = None;
+    }
 }
 
 /// Work that follows from an event at the same instant.
@@ -156,7 +194,8 @@ pub(super) struct World<'p> {
     model: &'p Model,
     state: Vec<ServiceState>,
     requests: Slab<Request>,
-    calls: Slab<CallState<'p>>,
+    /// The call of the request in each slot of `requests` (grown with it).
+    calls: Vec<CallState<'p>>,
     pub(super) queue: EventQueue,
     rng: SmallRng,
     steps: Vec<Step>,
@@ -207,7 +246,7 @@ impl<'p> World<'p> {
             model,
             state,
             requests: Slab::new(),
-            calls: Slab::new(),
+            calls: Vec::new(),
             queue: EventQueue::with_capacity(4096),
             rng,
             steps: Vec::with_capacity(64),
@@ -265,9 +304,10 @@ impl<'p> World<'p> {
         self.state.iter().map(|s| s.waiting.len()).collect()
     }
 
+    /// A fresh attempt token (never [`IDLE`]).
     #[inline]
     fn token(&mut self) -> u32 {
-        self.tokens = self.tokens.wrapping_add(1);
+        self.tokens = self.tokens.wrapping_add(1).max(1);
         self.tokens
     }
 
@@ -331,7 +371,11 @@ impl<'p> World<'p> {
     /// A call's backoff ended: send its next attempt.
     #[inline(always)]
     fn retry(&mut self, now: Nanos, call: u32, token: u32) -> Next {
-        if self.calls.get(call).is_some_and(|c| c.token == token) {
+        if self
+            .calls
+            .get(call as usize)
+            .is_some_and(|c| c.token == token)
+        {
             self.send(now, call)
         } else {
             None
