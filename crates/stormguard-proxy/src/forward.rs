@@ -7,32 +7,40 @@
 //! trailers, streams, `te: trailers`. Forwarding it over HTTP/1.1 would lose the trailers
 //! that carry `grpc-status`. So an HTTP/2 request goes to the upstream over HTTP/2 with prior
 //! knowledge (h2c), and an HTTP/1.x request over HTTP/1.1; each version has its own pool.
+//! HTTP/2 multiplexes, so hyper-util's client with one connection per host serves it; HTTP/1.1
+//! takes a connection per request in flight, and the proxy's own [`UpstreamPool`] (one per
+//! upstream, no shared map on a fixed upstream) keeps that checkout cheap.
 //!
 //! # What is rewritten
 //!
-//! Only what a proxy must: the URI (the upstream's authority, the caller's path and query),
-//! and the hop-by-hop headers of RFC 9110 §7.6.1 are dropped (`connection` and the headers it
+//! Only what a proxy must: the URI (the upstream's authority, the caller's path and query;
+//! origin form on HTTP/1.1), and the hop-by-hop headers of RFC 9110 §7.6.1 are dropped (`connection` and the headers it
 //! names, `keep-alive`, `proxy-connection`, `transfer-encoding`, `upgrade`, and `te` except
-//! `te: trailers`, which gRPC needs). The `Host` header is kept as the caller wrote it. A
+//! `te: trailers`, which gRPC needs). The `Host` header is kept as the caller wrote it (a
+//! request without one, HTTP/1.0, is given the upstream's). A
 //! `Via` entry naming this proxy is appended (RFC 9110 §7.6.3), which is how a request that
 //! comes back to the proxy that sent it is recognised (see [`crate::via`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use http::header::{CONNECTION, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE, VIA};
-use http::uri::{PathAndQuery, Scheme};
+use http::header::{
+    CONNECTION, HOST, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE, VIA,
+};
+use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tower::Service;
 
+use crate::pool::{PoolSettings, UpstreamPool};
 use crate::upstream::{Upstream, named_authority};
 
-/// The transport's error: the connection pool's (its cause chain holds hyper's and the
-/// socket's errors, which the client stack classifies), or a request that names no upstream.
+/// The transport's error: the connection's (hyper's and the socket's errors, in a cause
+/// chain the client stack classifies), or a request that names no upstream.
 pub(crate) type ForwardError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Forwards requests to a fixed upstream, or to the host each request names. Cloned for
@@ -43,11 +51,34 @@ pub(crate) struct Forward {
 }
 
 struct Inner {
-    http1: Client<HttpConnector, Body>,
+    http1: Http1,
     http2: Client<HttpConnector, Body>,
-    upstream: Option<Upstream>,
     /// This proxy's `Via` entry.
     via: HeaderValue,
+}
+
+/// Where an HTTP/1.1 request finds its connection: the fixed upstream's pool, or the pool of
+/// the host it names (one look-up in a map of hosts per request).
+enum Http1 {
+    Fixed(Arc<UpstreamPool>),
+    Named(Mutex<HashMap<Authority, Arc<UpstreamPool>>>),
+}
+
+impl Http1 {
+    /// The pool of the fixed upstream, or of the host `named`.
+    fn pool(&self, named: Option<&Authority>) -> Result<Arc<UpstreamPool>, NoUpstream> {
+        match (self, named) {
+            (Http1::Fixed(pool), _) => Ok(Arc::clone(pool)),
+            (Http1::Named(pools), Some(authority)) => {
+                let mut pools = pools.lock().unwrap_or_else(|e| e.into_inner());
+                let pool = pools
+                    .entry(authority.clone())
+                    .or_insert_with(|| UpstreamPool::new(authority.clone(), PoolSettings::DEFAULT));
+                Ok(Arc::clone(pool))
+            }
+            (Http1::Named(_), None) => Err(NoUpstream),
+        }
+    }
 }
 
 /// A request with no upstream to go to: no fixed upstream, and neither an absolute URI nor a
@@ -56,51 +87,67 @@ struct Inner {
 #[error("the request names no host to forward to (send it in absolute form or with a Host header)")]
 pub(crate) struct NoUpstream;
 
+/// A request ready to leave: the pool it goes through, and the request itself.
+enum Prepared {
+    Http1(Arc<UpstreamPool>, Request<Body>),
+    Http2(Request<Body>),
+}
+
 impl Forward {
     pub(crate) fn new(upstream: Option<Upstream>, via: HeaderValue) -> Forward {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        let http1 = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(1024)
-            .build(connector.clone());
         let http2 = Client::builder(TokioExecutor::new())
             .http2_only(true)
             .build(connector);
+        let http1 = match &upstream {
+            Some(up) => Http1::Fixed(UpstreamPool::new(
+                up.authority_ref().clone(),
+                PoolSettings::DEFAULT,
+            )),
+            None => Http1::Named(Mutex::new(HashMap::new())),
+        };
         Forward {
-            inner: Arc::new(Inner {
-                http1,
-                http2,
-                upstream,
-                via,
-            }),
+            inner: Arc::new(Inner { http1, http2, via }),
         }
     }
 
-    fn prepare(&self, request: Request<Body>) -> Result<(Request<Body>, bool), NoUpstream> {
-        let authority = match &self.inner.upstream {
-            Some(up) => up.authority_ref().clone(),
-            None => named_authority(&request).ok_or(NoUpstream)?,
+    fn prepare(&self, request: Request<Body>) -> Result<Prepared, NoUpstream> {
+        let named = match &self.inner.http1 {
+            Http1::Fixed(_) => None,
+            Http1::Named(_) => Some(named_authority(&request).ok_or(NoUpstream)?),
         };
         let (mut head, body) = request.into_parts();
+        strip_hop_by_hop(&mut head.headers);
+        head.headers.append(VIA, self.inner.via.clone());
         let path = head
             .uri
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(Scheme::HTTP);
-        parts.authority = Some(authority);
-        parts.path_and_query = Some(path);
-        head.uri = Uri::from_parts(parts).map_err(|_| NoUpstream)?;
-        strip_hop_by_hop(&mut head.headers);
-        head.headers.append(VIA, self.inner.via.clone());
-        let h2 = head.version == Version::HTTP_2;
-        head.version = if h2 {
-            Version::HTTP_2
-        } else {
-            Version::HTTP_11
-        };
-        Ok((Request::from_parts(head, body), h2))
+        if head.version == Version::HTTP_2 {
+            let authority = match (named, &self.inner.http1) {
+                (Some(named), _) => named,
+                (None, Http1::Fixed(pool)) => pool.authority().clone(),
+                (None, Http1::Named(_)) => return Err(NoUpstream),
+            };
+            let mut parts = http::uri::Parts::default();
+            parts.scheme = Some(Scheme::HTTP);
+            parts.authority = Some(authority);
+            parts.path_and_query = Some(path);
+            head.uri = Uri::from_parts(parts).map_err(|_| NoUpstream)?;
+            return Ok(Prepared::Http2(Request::from_parts(head, body)));
+        }
+        let pool = self.inner.http1.pool(named.as_ref())?;
+        // Origin form on the wire (`GET /path HTTP/1.1`); the caller's `Host` is kept, and a
+        // request without one (HTTP/1.0) gets the upstream's.
+        head.uri = Uri::from(path);
+        head.version = Version::HTTP_11;
+        if !head.headers.contains_key(HOST) {
+            let host = HeaderValue::from_str(pool.authority().as_str()).map_err(|_| NoUpstream)?;
+            head.headers.insert(HOST, host);
+        }
+        Ok(Prepared::Http1(pool, Request::from_parts(head, body)))
     }
 }
 
@@ -123,17 +170,28 @@ where
         let prepared = self.prepare(request.map(Body::new));
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
-            let (request, h2) = prepared?;
-            let client = if h2 { &inner.http2 } else { &inner.http1 };
-            let mut response = client.request(request).await?;
+            let mut response = match prepared? {
+                Prepared::Http1(pool, request) => pool.send(request).await?,
+                Prepared::Http2(request) => inner.http2.request(request).await?.map(Body::new),
+            };
             strip_hop_by_hop(response.headers_mut());
-            Ok(response.map(Body::new))
+            Ok(response)
         })
     }
 }
 
-/// Drops the hop-by-hop headers (see the [module docs](self)).
+/// Drops the hop-by-hop headers (see the [module docs](self)). Most messages carry none:
+/// one pass over the names, without hashing, tells, and only a message that has one pays
+/// for the removals (a hashed look-up each).
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let any = headers.keys().any(|name| {
+        [CONNECTION, TE, TRANSFER_ENCODING, UPGRADE].contains(name)
+            || name.as_str() == "keep-alive"
+            || name.as_str() == "proxy-connection"
+    });
+    if !any {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(CONNECTION)
         .iter()
@@ -175,5 +233,14 @@ mod tests {
         h.insert(TE, "gzip".parse().expect("value"));
         strip_hop_by_hop(&mut h);
         assert!(!h.contains_key(TE));
+        let mut plain = HeaderMap::new();
+        plain.insert("x-kept", "1".parse().expect("value"));
+        plain.insert(HOST, "up".parse().expect("value"));
+        let before = plain.clone();
+        strip_hop_by_hop(&mut plain);
+        assert_eq!(plain, before);
+        plain.insert("proxy-connection", "keep-alive".parse().expect("value"));
+        strip_hop_by_hop(&mut plain);
+        assert_eq!(plain, before, "a hop-by-hop header alone is found");
     }
 }

@@ -60,6 +60,7 @@ pub mod fault_spec;
 mod forward;
 pub mod ingress;
 mod logging;
+mod pool;
 mod server;
 mod upstream;
 mod via;

@@ -1,0 +1,263 @@
+//! The HTTP/1.1 connection pool of one upstream: idle connections kept for reuse, a fresh
+//! one dialled when none is idle.
+//!
+//! # Why not hyper-util's pool
+//!
+//! hyper-util's legacy `Client` serves any number of hosts behind one pool: every request
+//! hashes its host into a map under a mutex, races a checkout against a connect, boxes its
+//! future and clones reference counts on the way. Under load that was a large share of the
+//! proxy's own CPU per request. A proxy knows its upstream before the request arrives: an
+//! [`UpstreamPool`] is that upstream's alone, so a request pops the most recently returned
+//! connection off a stack (the warmest socket) and the response body puts it back when the
+//! upstream's answer has been read to its end.
+//!
+//! # What is kept from the legacy client's behaviour
+//!
+//! - A connection is reused only after its response body ended; a body dropped before its
+//!   end closes the connection (the rest of the answer would otherwise be read as the next
+//!   one's).
+//! - A request that did not leave on a *reused* connection (it closed between being pooled and
+//!   being used) goes out on another one; the caller never sees that. On a fresh connection the
+//!   error is the caller's: hyper's "canceled", which the retry layer reads as never sent
+//!   ([`classify_transport_error`](stormguard_tower::wire::classify_transport_error)).
+//! - Errors are hyper's and the socket's own (a refused connect is an
+//!   [`io::Error`](std::io::Error) of kind `ConnectionRefused`, a reset after the request left
+//!   is hyper's incomplete message), so the stack classifies them as before.
+//! - Idle connections are closed after [`PoolSettings::idle_timeout`], and at most
+//!   [`PoolSettings::max_idle`] are kept.
+//!
+//! Connections are served by a task spawned on the runtime of the request that dialled them
+//! (with the current-thread runtime of `--workers 1`, the same thread), and idle times are
+//! read from tokio's clock, so tests drive expiry with paused time.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::uri::Authority;
+use http::{Request, Response};
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::time::Instant;
+
+use crate::forward::ForwardError;
+
+/// How many idle connections a pool keeps, and for how long.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolSettings {
+    /// An idle connection older than this is closed (checked when the pool is used, and by a
+    /// sweep every `idle_timeout`, so one lingers at most twice as long).
+    pub(crate) idle_timeout: Duration,
+    /// Connections returned beyond this many idle ones are closed.
+    pub(crate) max_idle: usize,
+}
+
+impl PoolSettings {
+    /// hyper-util's idle timeout (90 s), and room for the idle connections of a caller that
+    /// keeps up to 1,024 requests in flight.
+    pub(crate) const DEFAULT: PoolSettings = PoolSettings {
+        idle_timeout: Duration::from_secs(90),
+        max_idle: 1024,
+    };
+}
+
+/// The HTTP/1.1 connections to one upstream.
+pub(crate) struct UpstreamPool {
+    authority: Authority,
+    settings: PoolSettings,
+    /// Oldest first: a checkout pops the back, expiry pops the front.
+    idle: Mutex<VecDeque<Idle>>,
+    sweeping: AtomicBool,
+}
+
+struct Idle {
+    sender: SendRequest<Body>,
+    since: Instant,
+}
+
+impl UpstreamPool {
+    pub(crate) fn new(authority: Authority, settings: PoolSettings) -> Arc<UpstreamPool> {
+        Arc::new(UpstreamPool {
+            authority,
+            settings,
+            idle: Mutex::new(VecDeque::new()),
+            sweeping: AtomicBool::new(false),
+        })
+    }
+
+    /// The upstream's `host:port`.
+    pub(crate) fn authority(&self) -> &Authority {
+        &self.authority
+    }
+
+    /// Sends `request` (its URI in origin form, its `Host` header set) on an idle connection,
+    /// or on a fresh one when none is idle or every idle one turns out closed.
+    pub(crate) async fn send(
+        self: &Arc<Self>,
+        mut request: Request<Body>,
+    ) -> Result<Response<Body>, ForwardError> {
+        loop {
+            let (mut sender, reused) = match self.checkout() {
+                Some(sender) => (sender, true),
+                None => (self.dial().await?, false),
+            };
+            // A fresh connection takes its first request at once; a pooled one may still be
+            // finishing the previous response, or may have closed meanwhile.
+            if reused && sender.ready().await.is_err() {
+                continue;
+            }
+            match sender.try_send_request(request).await {
+                Ok(response) => {
+                    let back = Some((sender, Arc::clone(self)));
+                    return Ok(response.map(|body| Body::new(PooledBody { body, back })));
+                }
+                Err(mut error) => match error.take_message() {
+                    Some(unsent) if reused => request = unsent,
+                    _ => return Err(Box::new(error.into_error())),
+                },
+            }
+        }
+    }
+
+    /// The most recently returned idle connection that is still open, after closing the
+    /// expired ones.
+    fn checkout(&self) -> Option<SendRequest<Body>> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        self.expire(&mut idle, Instant::now());
+        while let Some(entry) = idle.pop_back() {
+            if !entry.sender.is_closed() {
+                return Some(entry.sender);
+            }
+        }
+        None
+    }
+
+    /// Puts a connection whose response ended back, unless it closed or the pool is full.
+    fn give_back(&self, sender: SendRequest<Body>) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < self.settings.max_idle {
+            idle.push_back(Idle {
+                sender,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    fn expire(&self, idle: &mut VecDeque<Idle>, now: Instant) {
+        while idle
+            .front()
+            .is_some_and(|oldest| now.duration_since(oldest.since) >= self.settings.idle_timeout)
+        {
+            idle.pop_front();
+        }
+    }
+
+    /// Connects, hands the connection to a task of its own and starts the idle sweep the
+    /// first time.
+    async fn dial(self: &Arc<Self>) -> Result<SendRequest<Body>, ForwardError> {
+        let host = self.authority.host();
+        // `[::1]` is an IPv6 literal; the brackets are URI syntax, not the address.
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        let port = self.authority.port_u16().unwrap_or(80);
+        let stream = tokio::net::TcpStream::connect((host, port)).await?;
+        stream.set_nodelay(true)?;
+        let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "stormguard proxy: upstream connection ended with an error");
+            }
+        });
+        if !self.sweeping.swap(true, Ordering::Relaxed) {
+            tokio::spawn(sweep(Arc::downgrade(self)));
+        }
+        Ok(sender)
+    }
+
+    #[cfg(test)]
+    fn idle_len(&self) -> usize {
+        self.idle.lock().map_or(0, |idle| idle.len())
+    }
+}
+
+/// Closes a pool's expired idle connections every `idle_timeout`, while the pool exists: a
+/// proxy whose traffic stopped does not hold the upstream's sockets for ever.
+async fn sweep(pool: Weak<UpstreamPool>) {
+    let Some(every) = pool.upgrade().map(|p| p.settings.idle_timeout) else {
+        return;
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(pool) = pool.upgrade() else {
+            return;
+        };
+        let mut idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+        pool.expire(&mut idle, Instant::now());
+    }
+}
+
+/// A response body that returns its connection to the pool when it ends.
+struct PooledBody {
+    body: Incoming,
+    back: Option<(SendRequest<Body>, Arc<UpstreamPool>)>,
+}
+
+impl PooledBody {
+    fn give_back(&mut self) {
+        if let Some((sender, pool)) = self.back.take() {
+            pool.give_back(sender);
+        }
+    }
+}
+
+impl http_body::Body for PooledBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
+        match &frame {
+            None => self.give_back(),
+            // A broken body leaves the connection in no state to reuse.
+            Some(Err(_)) => self.back = None,
+            Some(Ok(_)) => {}
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for PooledBody {
+    fn drop(&mut self) {
+        // An empty body (204, a HEAD's answer) is never polled: it ended all the same. One
+        // dropped before its end drops the connection with it.
+        if http_body::Body::is_end_stream(&self.body) {
+            self.give_back();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,244 @@
+//! The pool against a real hyper server on 127.0.0.1 that counts the connections it accepts
+//! and sees end. Time is paused: idle expiry is driven by advancing tokio's clock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use stormguard::classify::Outcome;
+use stormguard_tower::wire::classify_transport_error;
+use tokio::sync::Notify;
+
+use super::{PoolSettings, UpstreamPool};
+
+/// Counts of the server's connections.
+#[derive(Default)]
+struct Counts {
+    accepted: AtomicUsize,
+    ended: AtomicUsize,
+    ended_now: Notify,
+}
+
+impl Counts {
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the server has seen `n` connections end.
+    async fn wait_ended(&self, n: usize) {
+        loop {
+            let notified = self.ended_now.notified();
+            if self.ended.load(Ordering::SeqCst) >= n {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// `/` answers `ok`; `/close` answers with `Connection: close`; `/big` answers 64 KiB;
+/// `/hangup` fails in the service, so the server closes the connection without an answer.
+async fn server() -> (http::uri::Authority, Arc<Counts>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let counts = Arc::new(Counts::default());
+    let served = Arc::clone(&counts);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            served.accepted.fetch_add(1, Ordering::SeqCst);
+            let counts = Arc::clone(&served);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|request: Request<Incoming>| async move {
+                    let path = request.uri().path().to_owned();
+                    let _ = request.into_body().collect().await;
+                    let mut response = Response::new(Full::new(Bytes::from_static(b"ok")));
+                    match path.as_str() {
+                        "/hangup" => return Err("hang up"),
+                        "/close" => {
+                            response
+                                .headers_mut()
+                                .insert(http::header::CONNECTION, "close".parse().expect("value"));
+                        }
+                        "/big" => *response.body_mut() = Full::new(Bytes::from(vec![b'x'; 65536])),
+                        _ => {}
+                    }
+                    Ok(response)
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+                counts.ended.fetch_add(1, Ordering::SeqCst);
+                counts.ended_now.notify_waiters();
+            });
+        }
+    });
+    let authority = addr.to_string().parse().expect("authority");
+    (authority, counts)
+}
+
+fn get(path: &str) -> Request<Body> {
+    Request::builder()
+        .uri(path)
+        .header(http::header::HOST, "upstream")
+        .body(Body::empty())
+        .expect("request")
+}
+
+/// Sends `path` and reads the whole answer.
+async fn fetch(pool: &Arc<UpstreamPool>, path: &str) -> (StatusCode, Bytes) {
+    let response = pool.send(get(path)).await.expect("response");
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, body)
+}
+
+const SETTINGS: PoolSettings = PoolSettings {
+    idle_timeout: Duration::from_secs(10),
+    max_idle: 4,
+};
+
+#[tokio::test(start_paused = true)]
+async fn sequential_requests_share_one_connection() {
+    let (authority, counts) = server().await;
+    let pool = UpstreamPool::new(authority, SETTINGS);
+    for _ in 0..5 {
+        assert_eq!(fetch(&pool, "/").await, (StatusCode::OK, Bytes::from("ok")));
+    }
+    assert_eq!(counts.accepted(), 1);
+    assert_eq!(pool.idle_len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_requests_dial_and_the_pool_keeps_at_most_max_idle() {
+    let (authority, counts) = server().await;
+    let settings = PoolSettings {
+        max_idle: 2,
+        ..SETTINGS
+    };
+    let pool = UpstreamPool::new(authority, settings);
+    // Three responses held at once: three connections.
+    let held = [
+        pool.send(get("/")).await.expect("first"),
+        pool.send(get("/")).await.expect("second"),
+        pool.send(get("/")).await.expect("third"),
+    ];
+    assert_eq!(counts.accepted(), 3);
+    for response in held {
+        let _ = response.into_body().collect().await.expect("body");
+    }
+    assert_eq!(
+        pool.idle_len(),
+        2,
+        "the third connection is closed, not kept"
+    );
+    counts.wait_ended(1).await;
+    for _ in 0..4 {
+        fetch(&pool, "/").await;
+    }
+    assert_eq!(counts.accepted(), 3, "the idle connections are reused");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_the_server_closes_is_replaced() {
+    let (authority, counts) = server().await;
+    let pool = UpstreamPool::new(authority, SETTINGS);
+    assert_eq!(fetch(&pool, "/close").await.0, StatusCode::OK);
+    assert_eq!(fetch(&pool, "/").await.0, StatusCode::OK);
+    assert_eq!(counts.accepted(), 2);
+    counts.wait_ended(1).await;
+    assert_eq!(fetch(&pool, "/").await.0, StatusCode::OK);
+    assert_eq!(counts.accepted(), 2, "the replacement is pooled");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_dropped_before_its_end_closes_its_connection() {
+    let (authority, counts) = server().await;
+    let pool = UpstreamPool::new(authority, SETTINGS);
+    let response = pool.send(get("/big")).await.expect("response");
+    let mut body = response.into_body();
+    let first = body.frame().await.expect("a frame").expect("data");
+    assert!(first.is_data());
+    drop(body);
+    assert_eq!(pool.idle_len(), 0);
+    counts.wait_ended(1).await;
+    assert_eq!(fetch(&pool, "/").await.0, StatusCode::OK);
+    assert_eq!(counts.accepted(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_body_never_polled_returns_its_connection() {
+    let (authority, counts) = server().await;
+    let pool = UpstreamPool::new(authority, SETTINGS);
+    let head = Request::builder()
+        .method(http::Method::HEAD)
+        .uri("/")
+        .header(http::header::HOST, "upstream")
+        .body(Body::empty())
+        .expect("request");
+    drop(pool.send(head).await.expect("response"));
+    assert_eq!(pool.idle_len(), 1);
+    fetch(&pool, "/").await;
+    assert_eq!(counts.accepted(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_connections_expire_on_use_and_by_the_sweep() {
+    let (authority, counts) = server().await;
+    let pool = UpstreamPool::new(authority, SETTINGS);
+    fetch(&pool, "/").await;
+    tokio::time::advance(SETTINGS.idle_timeout + Duration::from_secs(1)).await;
+    fetch(&pool, "/").await;
+    assert_eq!(
+        counts.accepted(),
+        2,
+        "the expired connection was not reused"
+    );
+    counts.wait_ended(1).await;
+
+    // No request comes: the sweep closes the idle one (it looks every idle_timeout).
+    assert_eq!(pool.idle_len(), 1);
+    tokio::time::advance(SETTINGS.idle_timeout * 2 + Duration::from_secs(1)).await;
+    counts.wait_ended(2).await;
+    assert_eq!(pool.idle_len(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_broken_mid_request_is_in_doubt_and_replaced() {
+    let (authority, counts) = server().await;
+    let pool = UpstreamPool::new(authority, SETTINGS);
+    fetch(&pool, "/").await;
+    let error = pool.send(get("/hangup")).await.expect_err("no answer");
+    // Sent and unanswered: only an idempotent or keyed request may go again.
+    assert_eq!(classify_transport_error(error.as_ref()), Outcome::InDoubt);
+    assert_eq!(fetch(&pool, "/").await.0, StatusCode::OK);
+    assert_eq!(counts.accepted(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_connect_is_retryable() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let authority = listener.local_addr().expect("addr").to_string();
+    drop(listener);
+    let pool = UpstreamPool::new(authority.parse().expect("authority"), SETTINGS);
+    let error = pool.send(get("/")).await.expect_err("refused");
+    // Nothing was sent: any request may go again.
+    assert_eq!(classify_transport_error(error.as_ref()), Outcome::Retryable);
+}
