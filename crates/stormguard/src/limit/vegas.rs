@@ -16,7 +16,8 @@ const MAX_TOLERANCE: f64 = 100.0;
 /// With `rtt_noload` the shortest RTT seen (the service time with no queue), `rtt` a
 /// window's mean and `allowed` the concurrency the window was allowed (the limit's whole
 /// part), the requests queued in front of the work are estimated as
-/// `queue = round(allowed × (1 − rtt_noload / rtt))`. With `log = log10(allowed)`:
+/// `queue = round(allowed × (1 − rtt_noload / rtt))`. With `log = log10(allowed)`, at least
+/// 1/3:
 ///
 /// - a window with a drop: `limit − log`;
 /// - `rtt > tolerance × rtt_noload` (requests wait longer than the tolerance allows, however
@@ -62,7 +63,7 @@ const MAX_TOLERANCE: f64 = 100.0;
 ///
 /// # Why a tolerance
 ///
-/// Vegas's thresholds count queued *requests*, scaled by `log10(limit)` so that a large
+/// Vegas's thresholds count queued *requests*, scaled by `log10(allowed)` so that a large
 /// server keeps a queue worth a fraction of its concurrency. On a small server they allow a
 /// queue of several service times: one worker behind a limit of 3 to 5 is stable for Vegas
 /// alone (its thresholds floor at `log = 1/3`), and an admitted request waits two to four
