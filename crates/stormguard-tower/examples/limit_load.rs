@@ -351,9 +351,13 @@ fn main() {
         let limit = layer();
         let (addr, server, served) = serve(mode, &limit);
         let limits = Arc::new(Mutex::new(BTreeMap::new()));
-        let sampler = clients.spawn(sample_limit(limit.clone(), Arc::clone(&limits)));
+        // Only the stormguard server uses `limit`; the others have nothing to sample.
+        let sampler = (mode == "stormguard")
+            .then(|| clients.spawn(sample_limit(limit.clone(), Arc::clone(&limits))));
         let f = clients.block_on(load(addr, rate, seconds));
-        sampler.abort();
+        if let Some(sampler) = sampler {
+            sampler.abort();
+        }
         drop(server);
         let at_server = served.lock().map(|h| h.clone()).expect("histogram");
         let name = match mode {
