@@ -215,10 +215,13 @@ impl<'a, B: RetryBudget + ?Sized> RequestGuard<'a, B> {
         budget
     }
 
-    /// The budget the request was started on.
+    /// The request's first attempt succeeded: tells the budget what a
+    /// [`RetryRun`](crate::retry::RetryRun) would have (a success that cost no retry), so an
+    /// executor that builds a run only after a failed first attempt keeps the budget's
+    /// accounting the same. Dropping the guard then ends the request.
     #[inline]
-    pub fn budget(&self) -> &'a B {
-        self.budget
+    pub fn first_attempt_succeeded(&self) {
+        self.budget.record_success(None);
     }
 }
 

@@ -193,7 +193,7 @@ impl<'a, B: RetryBudget + ?Sized> RetryRun<'a, B> {
     /// that succeeds at once never builds one (the tokio retrier and the simulator do).
     ///
     /// Such a first attempt that succeeds is recorded with
-    /// [`RetryBudget::record_success`]`(None)` before `request` is dropped: what
+    /// [`RequestGuard::first_attempt_succeeded`] before `request` is dropped: what
     /// [`finish_attempt`](RetryRun::finish_attempt) records for it, so the budget hears the
     /// same either way. Hand over the guard of a first attempt that did not succeed, then
     /// call `finish_attempt` with how it ended.

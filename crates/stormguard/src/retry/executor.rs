@@ -392,7 +392,7 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
                 cancelled.armed = false;
                 pass.finish(outcome);
                 observer.attempt_ended(1, &AttemptOutcome::from(outcome));
-                self.budget.record_success(None);
+                request.first_attempt_succeeded();
                 return finish(result.map_err(Failure::Error), 1, StopReason::Succeeded);
             }
             match settle(&classifier, pass, result, outcome) {

@@ -157,7 +157,7 @@ impl World<'_> {
             // (it stops), without building one. The guard, dropped when the call ends,
             // tells the budget that the request ended.
             Some(first) if ended.outcome.is_success() => {
-                first.budget().record_success(None);
+                first.first_attempt_succeeded();
                 Decision::Stop(StopReason::Succeeded)
             }
             _ => self.decide_with_run(now, call, ended)?,
