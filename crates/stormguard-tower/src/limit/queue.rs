@@ -37,6 +37,26 @@
 //! no-load estimate (AIMD, Gradient2) the cap is one expected round trip, and a burst may
 //! always wait `target`. With a 2 ms handler a standing queue then holds requests for about
 //! one round trip at most instead of CoDel's fixed 5 ms (100 ms while bursting).
+//!
+//! # Late binding: a freed slot is held, then given to the newest waiter
+//!
+//! A limit that keeps its server busy keeps a queue behind it: one worker needs a request
+//! waiting for the moment it finishes, or it idles through every hand-over (the wake-ups
+//! between a released slot and the next request's work: a tenth of a 2 ms handler's time).
+//! A request admitted into that queue waits the whole service time of the one ahead of it,
+//! and doubles its latency. Which request waits there matters, not that one does: so while
+//! the limiter's round trips show a queue behind the limit (the expected round trip at
+//! least a quarter above the no-load one), a slot that comes free is not handed out at
+//! once when another request is in flight to keep the server busy meanwhile. The queue
+//! holds it, its round trip timed from the moment it came free (the limiter sees the same
+//! slot times as if a request waited behind the limit, so its limit stays where it was), for
+//! three quarters of the queueing the round trips show (at most of one no-load round trip:
+//! a round trip stretched by something else than a queue must not hold slots), then gives it
+//! to the newest waiter, who reaches the worker shortly before the request ahead finishes.
+//! The worker keeps a request waiting for it, for a quarter of a service time instead of a
+//! whole one, and the request that waits is one that arrived moments ago. Waiters joining
+//! while a slot is held may wait until it is given, a quarter of the queueing longer (the
+//! ones not picked then leave: the newest are served first).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -92,6 +112,39 @@ struct State {
     waiters: VecDeque<Waiter>,
     /// When a waiter was last seen to have waited long (see [the module docs](self)).
     long_wait: Option<Instant>,
+    /// A slot held for late binding (see [the module docs](self#late-binding-a-freed-slot-is-held-then-given-to-the-newest-waiter)).
+    held: Option<Held>,
+}
+
+/// A freed slot the queue holds until `bind_at`, then gives to its newest waiter.
+#[derive(Debug)]
+struct Held {
+    /// Timed from when the slot came free.
+    ticket: Ticket,
+    bind_at: Instant,
+    /// How much longer than `bind_at` a waiter joining meanwhile may wait.
+    lead: Duration,
+}
+
+/// How long to hold a freed slot, and the lead left before the request ahead is expected to
+/// finish, when the limiter's round trips show a queue behind the limit and another request
+/// is in flight to keep the server busy meanwhile (see
+/// [the module docs](self#late-binding-a-freed-slot-is-held-then-given-to-the-newest-waiter));
+/// `None`: hand it out at once. The slot being freed is still counted in flight.
+fn hold_for(limiter: &Limiter) -> Option<(Duration, Duration)> {
+    if limiter.in_flight() < 2 {
+        return None;
+    }
+    let (expected, no_load) = (limiter.expected_rtt()?, limiter.no_load_rtt()?);
+    let behind = expected.checked_sub(no_load)?;
+    if behind.is_zero() || behind < no_load / 4 {
+        return None;
+    }
+    // At most one service time: a round trip stretched by something else than a queue (a
+    // slow dependency, a busy machine) must not hold slots longer than any request works.
+    let behind = behind.min(no_load);
+    let lead = behind / 4;
+    Some((behind - lead, lead))
 }
 
 impl State {
@@ -124,6 +177,7 @@ impl WaitQueue {
             state: Mutex::new(State {
                 waiters: VecDeque::with_capacity(config.capacity),
                 long_wait: None,
+                held: None,
             }),
             len_hint: AtomicUsize::new(0),
         }
@@ -136,16 +190,10 @@ impl WaitQueue {
         }
     }
 
-    /// Joins the queue at `now` for a slot in `partition`, or `None` when it is full (or has
-    /// no room at all). `expected` and `no_load` are the limiter's round trips (none known
-    /// yet: no cap).
-    pub(super) fn join(
-        &self,
-        now: Instant,
-        partition: usize,
-        expected: Option<Duration>,
-        no_load: Option<Duration>,
-    ) -> Option<Place> {
+    /// Joins the queue at `now` for a slot of `limiter` in `partition`, or `None` when it is
+    /// full (or has no room at all). The wait allowed is capped by the limiter's round trips
+    /// (none known yet: no cap).
+    pub(super) fn join(&self, limiter: &Limiter, now: Instant, partition: usize) -> Option<Place> {
         if self.config.capacity == 0 {
             return None;
         }
@@ -161,11 +209,28 @@ impl WaitQueue {
             partition,
             joined: now,
         });
+        let (expected, no_load) = (limiter.expected_rtt(), limiter.no_load_rtt());
+        let mut patience = self.config.patience(standing, expected, no_load);
+        let mut left = None;
+        match state.held.take() {
+            // The held slot is due: this waiter, the newest, gets it now.
+            Some(held) if held.bind_at <= now => {
+                left = bind_newest(&mut state, held.ticket, limiter, now);
+            }
+            // A slot is held for the newest waiter: this one may be it.
+            Some(held) => {
+                let until_bound = held.bind_at.saturating_duration_since(now) + held.lead;
+                patience = patience.max(until_bound);
+                state.held = Some(held);
+            }
+            None => {}
+        }
         self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
-        Some(Place {
-            slot,
-            patience: self.config.patience(standing, expected, no_load),
-        })
+        drop(state);
+        if let Some(ticket) = left {
+            limiter.forget(ticket);
+        }
+        Some(Place { slot, patience })
     }
 
     /// A waiter gave up at `now`, its patience spent: the queue stands.
@@ -173,20 +238,63 @@ impl WaitQueue {
         self.state().long_wait = Some(now);
     }
 
-    /// An admitted request is done with its slot at `now`: it goes to a waiter if there is
-    /// one (the newest while the queue stands), back to `limiter` otherwise. Its round trip
-    /// is recorded with `outcome`, or not at all with `None` (the request did not run).
+    /// An admitted request is done with its slot at `now`: while the round trips show a
+    /// queue behind the limit and no other slot is held, the queue holds it and the answer
+    /// is when to call [`WaitQueue::bind`]; otherwise it goes to a waiter if there is one
+    /// (the newest while the queue stands), back to `limiter` if not. Its round trip is
+    /// recorded with `outcome`, or not at all with `None` (the request did not run).
+    #[must_use = "a held slot waits for `bind` at the instant returned"]
     pub(super) fn give_back(
         &self,
         limiter: &Limiter,
         ticket: Ticket,
         now: Instant,
         outcome: Option<Outcome>,
-    ) {
-        if self.len_hint.load(Ordering::SeqCst) > 0 {
-            return self.admit(limiter, Some((ticket, outcome)), now);
+    ) -> Option<Instant> {
+        if let Some((hold, lead)) = hold_for(limiter) {
+            let mut state = self.state();
+            if state.held.is_none() {
+                let partition = ticket.partition();
+                let Some(ticket) = limiter.pass_on(ticket, now, outcome, partition) else {
+                    // The limit fell: the slot went back to the limiter.
+                    drop(state);
+                    self.look(limiter, now);
+                    return None;
+                };
+                let bind_at = now + hold;
+                state.held = Some(Held {
+                    ticket,
+                    bind_at,
+                    lead,
+                });
+                return Some(bind_at);
+            }
         }
-        self.release_and_look(limiter, ticket, now, outcome);
+        if self.len_hint.load(Ordering::SeqCst) > 0 {
+            self.admit(limiter, Some((ticket, outcome)), now);
+        } else {
+            self.release_and_look(limiter, ticket, now, outcome);
+        }
+        None
+    }
+
+    /// Gives the held slot, if any, to the newest waiter at `now` (in its partition: from
+    /// there its round trip is timed from `now`), or back to `limiter` when nobody waits.
+    /// The layer calls it from a timer at the instant [`WaitQueue::give_back`] returned; a
+    /// waiter joining after that instant is given the slot as it joins (timers count whole
+    /// milliseconds, arrivals do not).
+    pub(super) fn bind(&self, limiter: &Limiter, now: Instant) {
+        let mut state = self.state();
+        let Some(held) = state.held.take() else {
+            return;
+        };
+        let left = bind_newest(&mut state, held.ticket, limiter, now);
+        self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
+        drop(state);
+        if let Some(ticket) = left {
+            limiter.forget(ticket);
+            self.look(limiter, now);
+        }
     }
 
     /// Gives `ticket` back to `limiter`, then looks for waiters once more: a request refused
@@ -200,6 +308,11 @@ impl WaitQueue {
         outcome: Option<Outcome>,
     ) {
         release(limiter, ticket, now, outcome);
+        self.look(limiter, now);
+    }
+
+    /// Hands free slots to waiters, if any joined.
+    fn look(&self, limiter: &Limiter, now: Instant) {
         if self.len_hint.load(Ordering::SeqCst) > 0 {
             self.admit(limiter, None, now);
         }
@@ -261,6 +374,38 @@ impl WaitQueue {
     }
 }
 
+/// Hands `ticket`, a held slot, to the newest waiter still waiting in `state` (in its
+/// partition); the ticket comes back when nobody waits (`None` also when the limit fell and
+/// the slot went back to `limiter`).
+fn bind_newest(
+    state: &mut State,
+    ticket: Ticket,
+    limiter: &Limiter,
+    now: Instant,
+) -> Option<Ticket> {
+    let mut ticket = ticket;
+    while let Some(waiter) = state.waiters.pop_back() {
+        if waiter.slot.is_closed() {
+            continue;
+        }
+        let handed = if ticket.partition() == waiter.partition {
+            ticket
+        } else if let Some(handed) = limiter.pass_on(ticket, now, None, waiter.partition) {
+            handed
+        } else {
+            // The limit fell: the slot went back to the limiter, and the waiter waits on.
+            state.waiters.push_back(waiter);
+            return None;
+        };
+        match waiter.slot.send(handed) {
+            Ok(()) => return None,
+            // It stopped waiting just now: the next newest.
+            Err(back) => ticket = back,
+        }
+    }
+    Some(ticket)
+}
+
 /// Gives `ticket` back to `limiter`, with its round trip or (`None`) without.
 fn release(limiter: &Limiter, ticket: Ticket, now: Instant, outcome: Option<Outcome>) {
     match outcome {
@@ -270,180 +415,5 @@ fn release(limiter: &Limiter, ticket: Ticket, now: Instant, outcome: Option<Outc
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use stormguard::clock::{Clock, ManualClock};
-    use stormguard::limit::{Aimd, LimiterConfig};
-
-    const MS: fn(u64) -> Duration = Duration::from_millis;
-
-    fn config() -> QueueConfig {
-        QueueConfig {
-            capacity: 8,
-            target: MS(5),
-            interval: MS(100),
-        }
-    }
-
-    #[test]
-    fn without_a_known_round_trip_the_waits_are_codels() {
-        assert_eq!(config().patience(false, None, None), MS(100));
-        assert_eq!(config().patience(true, None, None), MS(5));
-    }
-
-    #[test]
-    fn a_short_round_trip_caps_both_waits_but_a_burst_keeps_the_target() {
-        assert_eq!(config().patience(false, Some(MS(2)), None), MS(5));
-        assert_eq!(config().patience(true, Some(MS(2)), None), MS(2));
-        assert_eq!(config().patience(false, Some(MS(20)), None), MS(20));
-        assert_eq!(config().patience(true, Some(MS(20)), None), MS(5));
-    }
-
-    #[test]
-    fn a_long_round_trip_leaves_codels_waits() {
-        assert_eq!(config().patience(false, Some(MS(500)), None), MS(100));
-        assert_eq!(config().patience(true, Some(MS(500)), None), MS(5));
-    }
-
-    /// A 2 ms handler: with no queue behind the limit (the expected round trip is the no-load
-    /// one) a waiter may wait one round trip, burst or not; with half a round trip of queue
-    /// behind it, half; with a whole one (one worker behind a limit of 2), none.
-    #[test]
-    fn the_queue_gets_what_the_queue_behind_the_limit_leaves_of_one_no_load_round_trip() {
-        let no_load = Some(MS(2));
-        for standing in [false, true] {
-            assert_eq!(config().patience(standing, Some(MS(2)), no_load), MS(2));
-            assert_eq!(config().patience(standing, Some(MS(3)), no_load), MS(1));
-            assert_eq!(config().patience(standing, Some(MS(4)), no_load), MS(0));
-            assert_eq!(config().patience(standing, Some(MS(9)), no_load), MS(0));
-        }
-        // A slow handler: CoDel's waits are shorter than the budget.
-        assert_eq!(config().patience(true, Some(MS(50)), Some(MS(50))), MS(5));
-        assert_eq!(
-            config().patience(false, Some(MS(500)), Some(MS(500))),
-            MS(100)
-        );
-    }
-
-    /// A limit of 1 with its slot taken, and an empty queue, all under a manual clock.
-    fn one_slot_taken() -> (ManualClock, Clock, Limiter, Ticket, WaitQueue) {
-        let manual = ManualClock::new();
-        let clock = manual.clock();
-        let one = LimiterConfig::new(Aimd::new().with_limits(1, 1, 1));
-        let limiter = Limiter::new(one, &clock).expect("valid");
-        let running = limiter.try_acquire(0, clock.now()).expect("room");
-        (manual, clock, limiter, running, WaitQueue::new(config()))
-    }
-
-    fn join(queue: &WaitQueue, clock: &Clock) -> Place {
-        queue.join(clock.now(), 0, None, None).expect("room")
-    }
-
-    /// Which of `places` got the slot (the others are left waiting), and its ticket.
-    fn served(places: &mut [&mut Place]) -> (usize, Ticket) {
-        let mut got: Vec<(usize, Ticket)> = (0..places.len())
-            .filter_map(|i| places[i].slot.try_recv().ok().map(|t| (i, t)))
-            .collect();
-        assert_eq!(got.len(), 1, "one waiter served");
-        got.remove(0)
-    }
-
-    #[test]
-    fn a_freed_slot_goes_to_the_waiter_and_never_to_a_newcomer() {
-        let (manual, clock, limiter, running, queue) = one_slot_taken();
-        let mut waiter = join(&queue, &clock);
-        manual.advance(MS(2));
-        queue.give_back(&limiter, running, clock.now(), Some(Outcome::Success));
-        // The waiter's task has not run yet: a request arriving now finds no free slot.
-        assert!(limiter.try_acquire(0, clock.now()).is_err());
-        assert_eq!(limiter.in_flight(), 1);
-        let ticket = waiter.slot.try_recv().expect("the waiter holds the slot");
-        assert_eq!(queue.len(), 0);
-        queue.give_back(&limiter, ticket, clock.now(), Some(Outcome::Success));
-        assert_eq!(
-            limiter.in_flight(),
-            0,
-            "nobody waiting: the slot is free again"
-        );
-    }
-
-    #[test]
-    fn a_slot_a_waiter_no_longer_wants_goes_on_to_the_next() {
-        let (_manual, clock, limiter, running, queue) = one_slot_taken();
-        let left = join(&queue, &clock);
-        let (mut shed, mut next) = (join(&queue, &clock), join(&queue, &clock));
-        // One caller left before the slot came...
-        drop(left);
-        queue.give_back(&limiter, running, clock.now(), Some(Outcome::Success));
-        // ...and one was shed (its deadline, say) just after it was handed the slot: it gives
-        // the slot back without a round trip, as the layer's waiters do.
-        shed.slot.close();
-        let unused = shed.slot.try_recv().expect("it had been handed the slot");
-        queue.give_back(&limiter, unused, clock.now(), None);
-        assert!(next.slot.try_recv().is_ok(), "the third waiter has it");
-        assert_eq!((limiter.in_flight(), queue.len()), (1, 0));
-        let mut last = join(&queue, &clock);
-        assert!(last.slot.try_recv().is_err(), "still waiting: no free slot");
-    }
-
-    #[test]
-    fn the_oldest_waiter_is_served_until_one_has_waited_the_target_then_the_newest() {
-        let (manual, clock, limiter, running, queue) = one_slot_taken();
-        let mut a = join(&queue, &clock);
-        manual.advance(MS(1));
-        let mut b = join(&queue, &clock);
-        manual.advance(MS(1));
-        let mut c = join(&queue, &clock);
-        assert_eq!(c.patience, MS(100), "a burst may wait the interval");
-        // At 3 ms the oldest has waited less than the 5 ms target: oldest first.
-        manual.advance(MS(1));
-        queue.give_back(&limiter, running, clock.now(), Some(Outcome::Success));
-        let (first, running) = served(&mut [&mut a, &mut b, &mut c]);
-        assert_eq!(first, 0);
-        // At 7 ms the oldest (b) has waited 6 ms: the queue stands, the newest (c) goes first.
-        manual.advance(MS(4));
-        queue.give_back(&limiter, running, clock.now(), Some(Outcome::Success));
-        let (first, running) = served(&mut [&mut b, &mut c]);
-        assert_eq!(first, 1);
-        assert_eq!(
-            join(&queue, &clock).patience,
-            MS(5),
-            "a standing queue: the target"
-        );
-        // The old waiters are gone; an interval later, new ones are served oldest first again.
-        drop(b);
-        manual.advance(MS(101));
-        let mut d = join(&queue, &clock);
-        manual.advance(MS(1));
-        let mut e = join(&queue, &clock);
-        queue.give_back(&limiter, running, clock.now(), Some(Outcome::Success));
-        assert_eq!(served(&mut [&mut d, &mut e]).0, 0);
-    }
-
-    #[test]
-    fn a_waiter_that_gives_up_makes_the_queue_stand_for_an_interval() {
-        let (manual, clock, limiter, running, queue) = one_slot_taken();
-        let mut a = join(&queue, &clock);
-        manual.advance(MS(1));
-        let mut b = join(&queue, &clock);
-        // Another waiter's patience ran out: the newest goes first.
-        queue.gave_up(clock.now());
-        assert_eq!(join(&queue, &clock).patience, MS(5));
-        manual.advance(MS(1));
-        queue.give_back(&limiter, running, clock.now(), Some(Outcome::Success));
-        let (first, running) = served(&mut [&mut a, &mut b]);
-        assert_eq!(first, 1);
-        drop(a);
-        manual.advance(MS(100));
-        let mut c = join(&queue, &clock);
-        assert_eq!(
-            c.patience,
-            MS(100),
-            "an interval without a long wait: no longer standing"
-        );
-        manual.advance(MS(1));
-        let mut d = join(&queue, &clock);
-        queue.give_back(&limiter, running, clock.now(), Some(Outcome::Success));
-        assert_eq!(served(&mut [&mut c, &mut d]).0, 0);
-    }
-}
+#[path = "queue_tests.rs"]
+mod tests;
