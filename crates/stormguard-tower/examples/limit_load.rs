@@ -248,6 +248,12 @@ async fn one_at_a_time(addr: SocketAddr, length: Duration) -> Figures {
 
 /// Offers `rate` requests per second for `seconds`; each retries once, at once, after a 503
 /// or a timeout.
+///
+/// The arrivals are paced by a thread of their own, which sleeps to each one's instant and
+/// hands it to the runtime: tokio's timers count whole milliseconds and a runtime thread
+/// woken by a response runs every timer due, so arrivals paced by them come in bursts just
+/// after each response, in step with the server (a load that no set of independent clients
+/// makes).
 async fn load(addr: SocketAddr, rate: f64, seconds: u64) -> Figures {
     let client: HttpClient = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(4096)
@@ -257,45 +263,63 @@ async fn load(addr: SocketAddr, rate: f64, seconds: u64) -> Figures {
     let timed_out = Arc::new(AtomicU64::new(0));
     let outstanding = Arc::new(AtomicU64::new(0));
     let latencies = Arc::new(Mutex::new(histogram()));
-    let mut dropped = 0;
-    let start = tokio::time::Instant::now();
-    let total = (rate * seconds as f64) as u64;
-    let mut tasks = Vec::with_capacity(total as usize);
-    for k in 0..total {
-        tokio::time::sleep_until(start + Duration::from_secs_f64(k as f64 / rate)).await;
-        if outstanding.load(Ordering::Relaxed) >= MAX_OUTSTANDING {
-            dropped += 1;
-            continue;
-        }
-        outstanding.fetch_add(1, Ordering::Relaxed);
-        let (client, good, shed, timed_out, outstanding, latencies) = (
-            client.clone(),
+    let runtime = tokio::runtime::Handle::current();
+    let pacer = {
+        let (good, shed, timed_out, outstanding, latencies) = (
             good.clone(),
             shed.clone(),
             timed_out.clone(),
             outstanding.clone(),
             latencies.clone(),
         );
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..2 {
-                let (status, took) = attempt(&client, addr).await;
-                match status {
-                    Some(StatusCode::OK) => {
-                        good.fetch_add(1, Ordering::Relaxed);
-                        record(&latencies, took);
-                        break;
-                    }
-                    Some(_) => {
-                        shed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    None => {
-                        timed_out.fetch_add(1, Ordering::Relaxed);
-                    }
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let total = (rate * seconds as f64) as u64;
+            let mut tasks = Vec::with_capacity(total as usize);
+            let mut dropped = 0;
+            for k in 0..total {
+                let at = start + Duration::from_secs_f64(k as f64 / rate);
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                if outstanding.load(Ordering::Relaxed) >= MAX_OUTSTANDING {
+                    dropped += 1;
+                    continue;
                 }
+                outstanding.fetch_add(1, Ordering::Relaxed);
+                let (client, good, shed, timed_out, outstanding, latencies) = (
+                    client.clone(),
+                    good.clone(),
+                    shed.clone(),
+                    timed_out.clone(),
+                    outstanding.clone(),
+                    latencies.clone(),
+                );
+                tasks.push(runtime.spawn(async move {
+                    for _ in 0..2 {
+                        let (status, took) = attempt(&client, addr).await;
+                        match status {
+                            Some(StatusCode::OK) => {
+                                good.fetch_add(1, Ordering::Relaxed);
+                                record(&latencies, took);
+                                break;
+                            }
+                            Some(_) => {
+                                shed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            None => {
+                                timed_out.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    outstanding.fetch_sub(1, Ordering::Relaxed);
+                }));
             }
-            outstanding.fetch_sub(1, Ordering::Relaxed);
-        }));
-    }
+            (tasks, dropped)
+        })
+    };
+    let (tasks, dropped) = tokio::task::spawn_blocking(move || pacer.join())
+        .await
+        .expect("pacer")
+        .expect("pacer");
     for t in tasks {
         let _ = t.await;
     }

@@ -118,9 +118,6 @@ impl<S: std::fmt::Debug> std::fmt::Debug for AdaptiveLimit<S> {
 pub type ResponseFuture<B, E> =
     Pin<Box<dyn Future<Output = Result<Response<DeadlineBody<B>>, E>> + Send>>;
 
-/// The resolution of tokio's timers.
-const TIMER_TICK: Duration = Duration::from_millis(1);
-
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
@@ -159,17 +156,13 @@ fn give_back(shared: &Arc<Shared>, ticket: Ticket, outcome: Option<Outcome>) {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let shared = Arc::clone(shared);
-                // Tokio's timers fire on a whole millisecond, up to one late: wake that much
-                // early, for a late bind idles the server (an arrival after `bind_at` is given
-                // the slot on time).
-                let wake = bind_at.checked_sub(TIMER_TICK).unwrap_or(bind_at);
                 runtime.spawn(async move {
-                    tokio::time::sleep_until(tokio::time::Instant::from_std(wake)).await;
-                    shared.queue.bind(&shared.limiter, now());
+                    tokio::time::sleep_until(tokio::time::Instant::from_std(bind_at)).await;
+                    shared.queue.bind(&shared.limiter, now(), bind_at);
                 });
             }
             // Dropped outside a runtime: no timer to wait with, bind at once.
-            Err(_) => shared.queue.bind(&shared.limiter, now()),
+            Err(_) => shared.queue.bind(&shared.limiter, now(), bind_at),
         }
     }
     #[cfg(feature = "metrics")]

@@ -57,6 +57,14 @@
 //! whole one, and the request that waits is one that arrived moments ago. Waiters joining
 //! while a slot is held may wait until it is given, a quarter of the queueing longer (the
 //! ones not picked then leave: the newest are served first).
+//!
+//! Three things give a held slot out, whichever comes first: the layer's timer at the end
+//! of the hold; a waiter joining after that end (tokio's timers count whole milliseconds,
+//! arrivals do not); and another request finishing, which shows a worker free at once (a
+//! request whose work was short, say): the held slot goes to the newest waiter then, and the
+//! slot just freed is held in its place. At most one slot is held at a time, so a large
+//! server, whose queue behind the limit is a few requests among many workers, barely
+//! notices.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -238,9 +246,10 @@ impl WaitQueue {
         self.state().long_wait = Some(now);
     }
 
-    /// An admitted request is done with its slot at `now`: while the round trips show a
-    /// queue behind the limit and no other slot is held, the queue holds it and the answer
-    /// is when to call [`WaitQueue::bind`]; otherwise it goes to a waiter if there is one
+    /// An admitted request is done with its slot at `now`: a worker is free, so a slot held
+    /// for later is due and goes to the newest waiter now. While the round trips show a
+    /// queue behind the limit, the queue then holds the freed slot and the answer is the
+    /// instant to call [`WaitQueue::bind`] with; otherwise it goes to a waiter if there is one
     /// (the newest while the queue stands), back to `limiter` if not. Its round trip is
     /// recorded with `outcome`, or not at all with `None` (the request did not run).
     #[must_use = "a held slot waits for `bind` at the instant returned"]
@@ -251,41 +260,52 @@ impl WaitQueue {
         now: Instant,
         outcome: Option<Outcome>,
     ) -> Option<Instant> {
-        if let Some((hold, lead)) = hold_for(limiter) {
-            let mut state = self.state();
-            if state.held.is_none() {
+        let hold = hold_for(limiter);
+        let mut state = self.state();
+        let left = match state.held.take() {
+            Some(held) => bind_newest(&mut state, held.ticket, limiter, now),
+            None => None,
+        };
+        self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
+        let mut bind_at = None;
+        let ticket = match hold {
+            Some((hold, lead)) => {
                 let partition = ticket.partition();
-                let Some(ticket) = limiter.pass_on(ticket, now, outcome, partition) else {
-                    // The limit fell: the slot went back to the limiter.
-                    drop(state);
-                    self.look(limiter, now);
-                    return None;
-                };
-                let bind_at = now + hold;
-                state.held = Some(Held {
-                    ticket,
-                    bind_at,
-                    lead,
-                });
-                return Some(bind_at);
+                // `None`: the limit fell, and the slot went back to the limiter.
+                if let Some(ticket) = limiter.pass_on(ticket, now, outcome, partition) {
+                    state.held = Some(Held {
+                        ticket,
+                        bind_at: now + hold,
+                        lead,
+                    });
+                    bind_at = Some(now + hold);
+                }
+                None
             }
+            None => Some(ticket),
+        };
+        drop(state);
+        if let Some(left) = left {
+            limiter.forget(left);
         }
-        if self.len_hint.load(Ordering::SeqCst) > 0 {
-            self.admit(limiter, Some((ticket, outcome)), now);
-        } else {
-            self.release_and_look(limiter, ticket, now, outcome);
+        match ticket {
+            Some(ticket) if self.len_hint.load(Ordering::SeqCst) > 0 => {
+                self.admit(limiter, Some((ticket, outcome)), now);
+            }
+            Some(ticket) => self.release_and_look(limiter, ticket, now, outcome),
+            None => self.look(limiter, now),
         }
-        None
+        bind_at
     }
 
-    /// Gives the held slot, if any, to the newest waiter at `now` (in its partition: from
-    /// there its round trip is timed from `now`), or back to `limiter` when nobody waits.
-    /// The layer calls it from a timer at the instant [`WaitQueue::give_back`] returned; a
-    /// waiter joining after that instant is given the slot as it joins (timers count whole
-    /// milliseconds, arrivals do not).
-    pub(super) fn bind(&self, limiter: &Limiter, now: Instant) {
+    /// Gives the slot held until `due` (the instant [`WaitQueue::give_back`] returned), if it
+    /// is still held, to the newest waiter at `now` (in its partition: from there its round
+    /// trip is timed from `now`), or back to `limiter` when nobody waits. The layer calls it
+    /// from a timer; a waiter joining after `due` is given the slot as it joins, and a
+    /// request finishing first gives it to the newest waiter then (a worker is free).
+    pub(super) fn bind(&self, limiter: &Limiter, now: Instant, due: Instant) {
         let mut state = self.state();
-        let Some(held) = state.held.take() else {
+        let Some(held) = state.held.take_if(|held| held.bind_at == due) else {
             return;
         };
         let left = bind_newest(&mut state, held.ticket, limiter, now);

@@ -251,7 +251,7 @@ fn a_slot_freed_over_a_queue_behind_the_limit_is_held_then_given_to_the_newest_w
         "until the slot is given (0.5 ms), and the lead (0.5 ms)"
     );
     manual.advance(Duration::from_micros(500));
-    queue.bind(&limiter, clock.now());
+    queue.bind(&limiter, clock.now(), bind_at.expect("held"));
     assert!(new.slot.try_recv().is_ok(), "the newest waiter has it");
     assert!(old.slot.try_recv().is_err());
     assert_eq!(limiter.in_flight(), 2);
@@ -269,7 +269,7 @@ fn a_waiter_joining_after_the_held_slot_is_due_is_given_it_as_it_joins() {
     let mut late = join(&queue, &limiter, &clock);
     assert!(late.slot.try_recv().is_ok());
     // The timer then finds nothing held.
-    queue.bind(&limiter, clock.now());
+    queue.bind(&limiter, clock.now(), bind_at.expect("held"));
     assert_eq!((limiter.in_flight(), queue.len()), (2, 0));
 }
 
@@ -282,7 +282,7 @@ fn a_held_slot_nobody_waits_for_goes_back_to_the_limiter() {
     drop(left);
     manual.advance(MS(2));
     assert!(bind_at.is_some_and(|at| at <= clock.now()));
-    queue.bind(&limiter, clock.now());
+    queue.bind(&limiter, clock.now(), bind_at.expect("held"));
     assert_eq!(limiter.in_flight(), 1);
     assert!(limiter.try_acquire(0, clock.now()).is_ok(), "free again");
 }
@@ -325,4 +325,44 @@ fn a_slot_is_not_held_when_no_other_request_keeps_the_server_busy() {
         None
     );
     assert!(waiter.slot.try_recv().is_ok());
+}
+
+/// A request finishing while a slot is held means a worker is free: the held slot goes to
+/// the newest waiter then, before its timer, and the slot just freed is held in its place;
+/// the first slot's timer then finds nothing of its own to bind.
+#[test]
+fn a_release_gives_the_held_slot_to_the_newest_waiter_and_holds_its_own() {
+    let manual = ManualClock::new();
+    let clock = manual.clock();
+    let vegas = Vegas::new().with_limits(2, 2, 2);
+    let limits = LimiterConfig::new(vegas).with_window(MS(1), 1);
+    let limiter = Limiter::new(limits, &clock).expect("valid");
+    for rtt in [MS(2), MS(4)] {
+        let ticket = limiter.try_acquire(0, clock.now()).expect("room");
+        manual.advance(rtt);
+        limiter.release(ticket, clock.now(), Outcome::Success);
+    }
+    let queue = WaitQueue::new(config());
+    let (a, b) = (
+        limiter.try_acquire(0, clock.now()).expect("room"),
+        limiter.try_acquire(0, clock.now()).expect("room"),
+    );
+    manual.advance(MS(4));
+    let first = queue.give_back(&limiter, a, clock.now(), Some(Outcome::Success));
+    let first = first.expect("held");
+    let mut waiter = join(&queue, &limiter, &clock);
+    manual.advance(Duration::from_micros(500));
+    let second = queue.give_back(&limiter, b, clock.now(), Some(Outcome::Success));
+    let second = second.expect("held in its place");
+    assert_ne!(first, second);
+    assert!(waiter.slot.try_recv().is_ok(), "given before its timer");
+    queue.bind(&limiter, first, first);
+    let mut next = join(&queue, &limiter, &clock);
+    assert!(
+        next.slot.try_recv().is_err(),
+        "the second slot is still held"
+    );
+    queue.bind(&limiter, clock.now(), second);
+    assert!(next.slot.try_recv().is_ok());
+    assert_eq!(limiter.in_flight(), 2);
 }
