@@ -25,7 +25,8 @@ const MAX_TOLERANCE: f64 = 100.0;
 ///   would fit the tolerance, but at most halving the limit in one window (one fast outlier —
 ///   a cache hit, an early error — that lowers the no-load RTT must not take the limit to its
 ///   minimum at once);
-/// - `queue ≤ log` (no queue to speak of): `limit + 6·log` (grow fast);
+/// - `queue ≤ log` (no queue to speak of): `limit + 6·log` (grow fast), but at most
+///   `limit + allowed` (see [below](#growing-at-most-twofold));
 /// - `queue < 3·log` (alpha): `limit + log`;
 /// - `queue > 6·log` (beta): `limit − log`;
 /// - otherwise the limit stays.
@@ -46,6 +47,15 @@ const MAX_TOLERANCE: f64 = 100.0;
 /// request, a limit of 1 shows no queue and grows, and a limit of 2 in front of one worker
 /// shows the one request waiting and stays (the test
 /// `vegas_keeps_one_request_waiting_for_one_worker_whose_work_varies`).
+///
+/// # Growing at most twofold
+///
+/// Netflix's rule adds `6·log` with no queue, 2 at the smallest limits (`log` floors at
+/// 1/3): one worker at a limit of 1 jumps to 3, where a request waits two service times and
+/// the tolerance halves the limit back to 1, and the limit swings between the two instead
+/// of settling at 2, the one request waiting that keeps one worker busy. Adding at most the
+/// allowed concurrency doubles a small limit at most, as slow start does; from a limit of 6
+/// on (`6·log10(6) < 6`) nothing changes.
 ///
 /// # Slow start
 ///
@@ -281,7 +291,7 @@ impl Vegas {
         } else {
             let queue = (allowed * (1.0 - 1.0 / stretch)).round();
             if queue <= log {
-                limit + 6.0 * log
+                limit + (6.0 * log).min(allowed)
             } else if queue < 3.0 * log {
                 limit + log
             } else if queue > 6.0 * log {
