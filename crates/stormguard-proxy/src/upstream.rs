@@ -86,16 +86,25 @@ impl Upstream {
     }
 }
 
-/// The authority a request names: its URI's (absolute form, HTTP/2 `:authority`), else its
-/// `Host` header.
+/// The authority a request names: its URI's (absolute form, HTTP/2 `:authority`) without
+/// any userinfo, else its `Host` header.
 pub(crate) fn named_authority<B>(request: &Request<B>) -> Option<Authority> {
     if let Some(authority) = request.uri().authority() {
-        return Some(authority.clone());
+        return Some(without_userinfo(authority));
     }
     request
         .headers()
         .get(http::header::HOST)
         .and_then(|h| Authority::try_from(h.as_bytes()).ok())
+}
+
+/// `host:port` of an authority that may carry `user:password@` (which names a host to no
+/// one, and is a credential the next hop must not see).
+pub(crate) fn without_userinfo(authority: &Authority) -> Authority {
+    match authority.as_str().rsplit_once('@') {
+        Some((_, host)) => Authority::try_from(host).unwrap_or_else(|_| authority.clone()),
+        None => authority.clone(),
+    }
 }
 
 #[cfg(test)]
