@@ -37,8 +37,9 @@ pub struct ProxyConfig {
     pub pool: PoolConfig,
 }
 
-/// How the proxy opens and keeps its HTTP/1.1 connections to an upstream: how long a connect
-/// may take, and how long an idle connection is kept for the next request.
+/// How the proxy opens and keeps its connections to an upstream: how long a connect may
+/// take, and how long an idle connection is kept for the next request. Both apply to the
+/// HTTP/1.1 pools and to the HTTP/2 (h2c) client alike.
 ///
 /// # Default
 ///

@@ -143,7 +143,7 @@ impl Forward {
         // caller's, and one without (HTTP/1.0) gets the upstream's.
         let target = match (named, head.uri.authority()) {
             (Some(named), Some(_)) => Some(named),
-            (None, Some(target)) => Some(without_userinfo(target)),
+            (None, Some(target)) => Some(without_userinfo(target).ok_or(NoUpstream)?),
             (_, None) => None,
         };
         if let Some(target) = target {
