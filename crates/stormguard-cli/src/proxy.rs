@@ -13,7 +13,7 @@ use stormguard::policy::PolicyFile;
 use stormguard_proxy::fault_spec::{parse_abort, parse_delay};
 use stormguard_proxy::{
     CenterSource, CenterWatchConfig, Direction, EgressConfig, IdempotencyConfig, IngressConfig,
-    PolicySource, Proxy, ProxyConfig, Upstream,
+    PolicySource, PoolConfig, Proxy, ProxyConfig, Upstream,
 };
 use stormguard_tower::DeadlineLayer;
 use stormguard_tower::deadline::MalformedPolicy;
@@ -55,6 +55,28 @@ pub(crate) struct Common {
     /// On SIGTERM or Ctrl-C, let open connections finish for at most this long.
     #[arg(long, value_parser = parse::duration, default_value = "5s")]
     drain: Duration,
+    /// A connect to the upstream that takes longer fails (and may be retried: nothing was
+    /// sent). Default 5s; at most 60s.
+    #[arg(long, value_parser = parse::duration)]
+    connect_timeout: Option<Duration>,
+    /// Upstream connections idle this long are closed; keep it under the upstream's own
+    /// keep-alive (Node's is 5s). Default 4s; at most 1h.
+    #[arg(long, value_parser = parse::duration)]
+    idle_timeout: Option<Duration>,
+}
+
+impl Common {
+    /// The upstream connection settings of the flags (checked when the proxy starts).
+    fn pool(&self) -> PoolConfig {
+        let mut pool = PoolConfig::new();
+        if let Some(timeout) = self.connect_timeout {
+            pool = pool.with_connect_timeout(timeout);
+        }
+        if let Some(timeout) = self.idle_timeout {
+            pool = pool.with_idle_timeout(timeout);
+        }
+        pool
+    }
 }
 
 /// `proxy egress`.
@@ -237,6 +259,7 @@ async fn config(command: ProxyCommand) -> Result<ProxyConfig, Failure> {
             Ok(ProxyConfig {
                 listen: a.common.listen,
                 admin: a.common.admin,
+                pool: a.common.pool(),
                 upstream: a.upstream.as_deref().map(upstream).transpose()?,
                 direction: Direction::Egress(EgressConfig {
                     policy: policy_source(
@@ -280,6 +303,7 @@ async fn config(command: ProxyCommand) -> Result<ProxyConfig, Failure> {
             Ok(ProxyConfig {
                 listen: a.common.listen,
                 admin: a.common.admin,
+                pool: a.common.pool(),
                 upstream: Some(upstream(&a.upstream)?),
                 direction: Direction::Ingress(IngressConfig {
                     deadline,

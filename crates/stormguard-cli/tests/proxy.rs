@@ -63,6 +63,28 @@ fn bad_settings_exit_2_and_say_what_is_wrong() {
             &["proxy", "ingress", "--upstream", "a:1", "--workers", "0"],
             "--workers",
         ),
+        (
+            &[
+                "proxy",
+                "ingress",
+                "--upstream",
+                "a:1",
+                "--connect-timeout",
+                "0s",
+            ],
+            "connect_timeout",
+        ),
+        (
+            &[
+                "proxy",
+                "egress",
+                "--policy",
+                "p.toml",
+                "--idle-timeout",
+                "2h",
+            ],
+            "idle_timeout",
+        ),
         (&["proxy", "egress"], "--policy"),
         (
             &["proxy", "egress", "--center", "http://center:7450"],

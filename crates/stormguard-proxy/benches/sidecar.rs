@@ -188,6 +188,7 @@ fn stormguard(port: u16, upstream: String, policy: PathBuf, multi: bool) -> BoxR
                 fault: None,
                 seed: None,
             }),
+            pool: stormguard_proxy::PoolConfig::default(),
         })
         .await?;
         proxy.wait().await;

@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use stormguard::fault::FaultConfig;
 use stormguard::limit::LimiterConfig;
@@ -32,6 +33,119 @@ pub struct ProxyConfig {
     pub upstream: Option<Upstream>,
     /// The direction and its options.
     pub direction: Direction,
+    /// How upstream connections are opened and kept ([`PoolConfig::default`] unless tuned).
+    pub pool: PoolConfig,
+}
+
+/// How the proxy opens and keeps its connections to an upstream: how long a connect may
+/// take, and how long an idle connection is kept for the next request. Both apply to the
+/// HTTP/1.1 pools and to the HTTP/2 (h2c) client alike.
+///
+/// # Default
+///
+/// - `connect_timeout`: 5 s, Envoy's default for a cluster. Without one a connect to a host
+///   that drops the SYN lasts as long as the kernel retries it (about 127 s on Linux), and
+///   holds the request that long unless the route has a per-try timeout. A connect that
+///   fails this way sent nothing, so the client stack may retry any request after it.
+/// - `idle_timeout`: 4 s. An idle connection must be closed by the proxy *before* the
+///   upstream closes it: otherwise a request sent as the upstream's close crosses it fails
+///   after it left (in doubt, not retried unless idempotent). Node's HTTP server closes idle
+///   connections after 5 s (`keepAliveTimeout`), as do uvicorn and Apache, so 4 s stays
+///   under the shortest common server keep-alive; an upstream that keeps them longer loses
+///   only a reconnect after a pause of more than 4 s. (hyper-util's pool keeps them 90 s.)
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard_proxy::PoolConfig;
+///
+/// let pool = PoolConfig::new().with_connect_timeout(Duration::from_secs(1));
+/// assert!(pool.validate().is_ok());
+/// assert!(PoolConfig::new().with_idle_timeout(Duration::ZERO).validate().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+}
+
+impl PoolConfig {
+    /// The default connect timeout (see [`PoolConfig`]).
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The default idle timeout (see [`PoolConfig`]).
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+    /// The longest connect timeout accepted: past a minute a connect is not slow but lost.
+    pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+    /// The longest idle timeout accepted: an hour (Envoy's default idle timeout).
+    pub const MAX_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+    /// The defaults.
+    pub const fn new() -> PoolConfig {
+        PoolConfig {
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+
+    /// Bounds opening a connection (the TCP connect, name resolution included).
+    pub const fn with_connect_timeout(mut self, timeout: Duration) -> PoolConfig {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Closes a connection idle this long.
+    pub const fn with_idle_timeout(mut self, timeout: Duration) -> PoolConfig {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// The connect timeout.
+    pub const fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The idle timeout.
+    pub const fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
+    }
+
+    /// Checks each setting: more than zero, and at most its maximum.
+    pub fn validate(&self) -> Result<(), InvalidPool> {
+        let check = |field, value: Duration, max| {
+            if value.is_zero() || value > max {
+                Err(InvalidPool { field, value, max })
+            } else {
+                Ok(())
+            }
+        };
+        check(
+            "pool.connect_timeout",
+            self.connect_timeout,
+            Self::MAX_CONNECT_TIMEOUT,
+        )?;
+        check(
+            "pool.idle_timeout",
+            self.idle_timeout,
+            Self::MAX_IDLE_TIMEOUT,
+        )
+    }
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig::new()
+    }
+}
+
+/// A [`PoolConfig`] setting out of its range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field} = {value:?}: must be more than zero and at most {max:?}")]
+pub struct InvalidPool {
+    /// The setting (`pool.connect_timeout`, `pool.idle_timeout`).
+    pub field: &'static str,
+    /// The value given.
+    pub value: Duration,
+    /// Its maximum.
+    pub max: Duration,
 }
 
 /// Which side of the service the proxy is on.
@@ -174,4 +288,36 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, StoreUrlError> {
         return Ok(Arc::new(store.map_err(open)?));
     }
     Err(StoreUrlError::Unknown(url.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_settings_are_checked_against_zero_and_their_maximum() {
+        assert_eq!(PoolConfig::default().validate(), Ok(()));
+        let max = PoolConfig::new()
+            .with_connect_timeout(PoolConfig::MAX_CONNECT_TIMEOUT)
+            .with_idle_timeout(PoolConfig::MAX_IDLE_TIMEOUT);
+        assert_eq!(max.validate(), Ok(()));
+        let field = |pool: PoolConfig| pool.validate().map_err(|e| e.field);
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            field(PoolConfig::new().with_connect_timeout(Duration::ZERO)),
+            Err("pool.connect_timeout")
+        );
+        assert_eq!(
+            field(PoolConfig::new().with_connect_timeout(PoolConfig::MAX_CONNECT_TIMEOUT + second)),
+            Err("pool.connect_timeout")
+        );
+        assert_eq!(
+            field(PoolConfig::new().with_idle_timeout(Duration::ZERO)),
+            Err("pool.idle_timeout")
+        );
+        assert_eq!(
+            field(PoolConfig::new().with_idle_timeout(PoolConfig::MAX_IDLE_TIMEOUT + second)),
+            Err("pool.idle_timeout")
+        );
+    }
 }

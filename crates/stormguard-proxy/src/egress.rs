@@ -40,7 +40,7 @@ use tower::{Layer, Service, ServiceExt, service_fn};
 
 use crate::ProxyError;
 use crate::answer::Caller;
-use crate::config::{EgressConfig, PolicySource};
+use crate::config::{EgressConfig, PolicySource, PoolConfig};
 use crate::forward::Forward;
 use crate::server::ProxyService;
 use crate::upstream::Upstream;
@@ -85,6 +85,7 @@ pub(crate) struct Egress {
 
 pub(crate) fn build(
     upstream: Option<Upstream>,
+    pool: PoolConfig,
     config: EgressConfig,
     listen: SocketAddr,
     via: HeaderValue,
@@ -114,7 +115,7 @@ pub(crate) fn build(
     };
     // The stack hands each attempt a replayable body; the transport sends any body.
     let fixed = upstream.is_some();
-    let forward = Forward::new(upstream, via.clone());
+    let forward = Forward::new(upstream, pool, via.clone());
     let either = match &faults {
         Some(faults) => Either::Right(Fault::new(forward, Arc::clone(faults))),
         None => Either::Left(forward),

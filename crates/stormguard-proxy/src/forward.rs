@@ -16,13 +16,15 @@
 //! Only what a proxy must: the URI (the upstream's authority, the caller's path and query;
 //! origin form on HTTP/1.1), and the hop-by-hop headers of RFC 9110 §7.6.1 are dropped (`connection` and the headers it
 //! names, `keep-alive`, `proxy-connection`, `transfer-encoding`, `upgrade`, and `te` except
-//! `te: trailers`, which gRPC needs). The `Host` header is kept as the caller wrote it (a
-//! request without one, HTTP/1.0, is given the upstream's). A
+//! `te: trailers`, which gRPC needs). The `Host` header of a request in origin form is kept
+//! as the caller wrote it (a request without one, HTTP/1.0, is given the upstream's); a
+//! request in absolute form (`GET http://users:8080/x`, what an `http_proxy` client sends)
+//! has its `Host` replaced by the target's authority without any userinfo, as RFC 9112
+//! §3.2.2 requires of a proxy: the target is what the caller asked for. A
 //! `Via` entry naming this proxy is appended (RFC 9110 §7.6.3), which is how a request that
 //! comes back to the proxy that sent it is recognised (see [`crate::via`]).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -36,8 +38,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tower::Service;
 
-use crate::pool::{PoolSettings, UpstreamPool};
-use crate::upstream::{Upstream, named_authority};
+use crate::config::PoolConfig;
+use crate::pool::{PoolMap, PoolSettings, UpstreamPool};
+use crate::upstream::{Upstream, named_authority, without_userinfo};
 
 /// The transport's error: the connection's (hyper's and the socket's errors, in a cause
 /// chain the client stack classifies), or a request that names no upstream.
@@ -61,7 +64,7 @@ struct Inner {
 /// the host it names (one look-up in a map of hosts per request).
 enum Http1 {
     Fixed(Arc<UpstreamPool>),
-    Named(Mutex<HashMap<Authority, Arc<UpstreamPool>>>),
+    Named(Arc<PoolMap>),
 }
 
 impl Http1 {
@@ -69,13 +72,7 @@ impl Http1 {
     fn pool(&self, named: Option<&Authority>) -> Result<Arc<UpstreamPool>, NoUpstream> {
         match (self, named) {
             (Http1::Fixed(pool), _) => Ok(Arc::clone(pool)),
-            (Http1::Named(pools), Some(authority)) => {
-                let mut pools = pools.lock().unwrap_or_else(|e| e.into_inner());
-                let pool = pools
-                    .entry(authority.clone())
-                    .or_insert_with(|| UpstreamPool::new(authority.clone(), PoolSettings::DEFAULT));
-                Ok(Arc::clone(pool))
-            }
+            (Http1::Named(pools), Some(authority)) => Ok(pools.get(authority)),
             (Http1::Named(_), None) => Err(NoUpstream),
         }
     }
@@ -94,18 +91,20 @@ enum Prepared {
 }
 
 impl Forward {
-    pub(crate) fn new(upstream: Option<Upstream>, via: HeaderValue) -> Forward {
+    /// A forwarder to `upstream` (or to each request's host), with pool settings `pool`
+    /// (validated by the caller).
+    pub(crate) fn new(upstream: Option<Upstream>, pool: PoolConfig, via: HeaderValue) -> Forward {
+        let settings = PoolSettings::of(&pool);
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(pool.connect_timeout()));
         let http2 = Client::builder(TokioExecutor::new())
             .http2_only(true)
+            .pool_idle_timeout(pool.idle_timeout())
             .build(connector);
         let http1 = match &upstream {
-            Some(up) => Http1::Fixed(UpstreamPool::new(
-                up.authority_ref().clone(),
-                PoolSettings::DEFAULT,
-            )),
-            None => Http1::Named(Mutex::new(HashMap::new())),
+            Some(up) => Http1::Fixed(UpstreamPool::new(up.authority_ref().clone(), settings)),
+            None => Http1::Named(PoolMap::new(settings)),
         };
         Forward {
             inner: Arc::new(Inner { http1, http2, via }),
@@ -139,14 +138,23 @@ impl Forward {
             return Ok(Prepared::Http2(Request::from_parts(head, body)));
         }
         let pool = self.inner.http1.pool(named.as_ref())?;
-        // Origin form on the wire (`GET /path HTTP/1.1`); the caller's `Host` is kept, and a
-        // request without one (HTTP/1.0) gets the upstream's.
-        head.uri = Uri::from(path);
-        head.version = Version::HTTP_11;
-        if !head.headers.contains_key(HOST) {
+        // Origin form on the wire (`GET /path HTTP/1.1`). The target of a request in
+        // absolute form is its `Host` (RFC 9112 §3.2.2); a request in origin form keeps the
+        // caller's, and one without (HTTP/1.0) gets the upstream's.
+        let target = match (named, head.uri.authority()) {
+            (Some(named), Some(_)) => Some(named),
+            (None, Some(target)) => Some(without_userinfo(target).ok_or(NoUpstream)?),
+            (_, None) => None,
+        };
+        if let Some(target) = target {
+            let host = HeaderValue::from_str(target.as_str()).map_err(|_| NoUpstream)?;
+            head.headers.insert(HOST, host);
+        } else if !head.headers.contains_key(HOST) {
             let host = HeaderValue::from_str(pool.authority().as_str()).map_err(|_| NoUpstream)?;
             head.headers.insert(HOST, host);
         }
+        head.uri = Uri::from(path);
+        head.version = Version::HTTP_11;
         Ok(Prepared::Http1(pool, Request::from_parts(head, body)))
     }
 }

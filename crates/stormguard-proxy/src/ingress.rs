@@ -31,7 +31,7 @@ use tower::{Layer, ServiceExt, service_fn};
 
 use crate::ProxyError;
 use crate::answer::Caller;
-use crate::config::IngressConfig;
+use crate::config::{IngressConfig, PoolConfig};
 use crate::forward::Forward;
 use crate::server::ProxyService;
 use crate::upstream::Upstream;
@@ -46,10 +46,12 @@ type Inner = BoxCloneService<Request<Body>, Response<Body>, Infallible>;
 
 pub(crate) fn build(
     upstream: Upstream,
+    pool: PoolConfig,
     config: IngressConfig,
     via: HeaderValue,
 ) -> Result<Ingress, ProxyError> {
-    let propagate = PropagateDeadlineLayer::new().layer(Forward::new(Some(upstream), via.clone()));
+    let propagate =
+        PropagateDeadlineLayer::new().layer(Forward::new(Some(upstream), pool, via.clone()));
     let forward: Inner = BoxCloneService::new(service_fn(move |request: Request<Body>| {
         let propagate = propagate.clone();
         async move {

@@ -28,7 +28,7 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use stormguard::policy::PolicyFile;
-//! use stormguard_proxy::{Direction, EgressConfig, PolicySource, Proxy, ProxyConfig};
+//! use stormguard_proxy::{Direction, EgressConfig, PolicySource, PoolConfig, Proxy, ProxyConfig};
 //!
 //! let policies = PolicyFile::from_toml(r#"
 //!     [endpoints."GET users.internal/users/*"]
@@ -46,6 +46,7 @@
 //!         fault: None,
 //!         seed: None,
 //!     }),
+//!     pool: PoolConfig::default(),
 //! })
 //! .await?;
 //! assert!(proxy.local_addr().port() != 0);
@@ -68,8 +69,8 @@ mod via;
 pub use admin::metrics_handle;
 pub use answer::REASON_HEADER;
 pub use config::{
-    CenterSource, Direction, EgressConfig, IdempotencyConfig, IngressConfig, PolicySource,
-    ProxyConfig, StoreUrlError, open_store,
+    CenterSource, Direction, EgressConfig, IdempotencyConfig, IngressConfig, InvalidPool,
+    PolicySource, PoolConfig, ProxyConfig, StoreUrlError, open_store,
 };
 pub use logging::init_json_logs;
 pub use stormguard_tower::client::{CenterState, CenterWatchConfig};
@@ -126,6 +127,9 @@ pub enum ProxyError {
     /// The deadline settings are invalid.
     #[error("deadline: {0}")]
     Deadline(#[from] InvalidDeadlineConfig),
+    /// The upstream connection settings are invalid.
+    #[error("{0}")]
+    Pool(#[from] InvalidPool),
 }
 
 /// A running proxy: its addresses, and the handles to change it while it runs. Dropping it
@@ -160,12 +164,13 @@ impl Proxy {
         if matches!(config.direction, Direction::Ingress(_)) && config.upstream.is_none() {
             return Err(ProxyError::NoUpstream);
         }
+        config.pool.validate()?;
         let listener = bind(config.listen).await?;
         let addr = local_addr(&listener, config.listen)?;
         let via = via::entry();
         let (service, admin, watcher) = match config.direction {
             Direction::Egress(egress) => {
-                let built = egress::build(config.upstream, egress, addr, via)?;
+                let built = egress::build(config.upstream, config.pool, egress, addr, via)?;
                 let admin = admin::AdminState {
                     direction: "egress",
                     policies: Some(built.policies),
@@ -177,7 +182,7 @@ impl Proxy {
             }
             Direction::Ingress(ingress) => {
                 let upstream = config.upstream.ok_or(ProxyError::NoUpstream)?;
-                let built = ingress::build(upstream, ingress, via)?;
+                let built = ingress::build(upstream, config.pool, ingress, via)?;
                 let admin = admin::AdminState {
                     direction: "ingress",
                     policies: None,

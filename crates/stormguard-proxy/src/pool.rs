@@ -26,11 +26,23 @@
 //! - Idle connections are closed after [`PoolSettings::idle_timeout`], and at most
 //!   [`PoolSettings::max_idle`] are kept.
 //!
+//! # What it adds
+//!
+//! - A connect timeout ([`PoolSettings::connect_timeout`]): without one, a host that drops
+//!   the SYN holds the request for as long as the kernel retries (about 127 s on Linux). A
+//!   failed or timed-out connect is a [`ConnectError`]: nothing was sent, so the stack may
+//!   retry any request after it (a bare timed-out `io::Error` would be in doubt).
+//! - The pools of the hosts requests name ([`PoolMap`]) are dropped by their own sweep once
+//!   they have no idle connection and no request holds them: a caller that names many hosts
+//!   over time does not grow the map, or the number of sweep tasks, for ever.
+//!
 //! Connections are served by a task spawned on the runtime of the request that dialled them
 //! (with the current-thread runtime of `--workers 1`, the same thread), and idle times are
 //! read from tokio's clock, so tests drive expiry with paused time.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -45,27 +57,93 @@ use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
+use stormguard_tower::wire::ConnectError;
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::config::PoolConfig;
 use crate::forward::ForwardError;
 
-/// How many idle connections a pool keeps, and for how long.
+/// Opens the TCP connection to an authority: [`tcp_connect`] in the proxy. The tests give
+/// their own, which connects before it returns or never answers: under paused time, a timer
+/// around a real connect that is still in flight fires as soon as the runtime has nothing
+/// else to do.
+pub(crate) type Connector =
+    fn(&Authority) -> Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>>;
+
+/// How a pool connects, how many idle connections it keeps, and for how long.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PoolSettings {
+    /// A connect that has not completed after this long fails.
+    pub(crate) connect_timeout: Duration,
     /// An idle connection older than this is closed (checked when the pool is used, and by a
     /// sweep every `idle_timeout`, so one lingers at most twice as long).
     pub(crate) idle_timeout: Duration,
     /// Connections returned beyond this many idle ones are closed.
     pub(crate) max_idle: usize,
+    /// How connections are opened.
+    pub(crate) connect: Connector,
 }
 
 impl PoolSettings {
-    /// hyper-util's idle timeout (90 s), and room for the idle connections of a caller that
-    /// keeps up to 1,024 requests in flight.
-    pub(crate) const DEFAULT: PoolSettings = PoolSettings {
-        idle_timeout: Duration::from_secs(90),
-        max_idle: 1024,
-    };
+    /// The settings of `config` (validated by the caller), with room for the idle
+    /// connections of a caller that keeps up to 1,024 requests in flight.
+    pub(crate) fn of(config: &PoolConfig) -> PoolSettings {
+        PoolSettings {
+            connect_timeout: config.connect_timeout(),
+            idle_timeout: config.idle_timeout(),
+            max_idle: 1024,
+            connect: tcp_connect,
+        }
+    }
+}
+
+/// Resolves the authority's host and connects to the first address that answers.
+pub(crate) fn tcp_connect(
+    authority: &Authority,
+) -> Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>> {
+    let host = authority.host();
+    // `[::1]` is an IPv6 literal; the brackets are URI syntax, not the address.
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+        .to_owned();
+    let port = authority.port_u16().unwrap_or(80);
+    Box::pin(async move { TcpStream::connect((host.as_str(), port)).await })
+}
+
+/// The pools of the hosts that requests name (an egress proxy without a fixed upstream),
+/// one per authority, made on first use. Each leaves the map by itself (see
+/// [`UpstreamPool::leave_home`]).
+pub(crate) struct PoolMap {
+    settings: PoolSettings,
+    pools: Mutex<HashMap<Authority, Arc<UpstreamPool>>>,
+}
+
+impl PoolMap {
+    pub(crate) fn new(settings: PoolSettings) -> Arc<PoolMap> {
+        Arc::new(PoolMap {
+            settings,
+            pools: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The pool of `authority`, made if there is none.
+    pub(crate) fn get(self: &Arc<Self>, authority: &Authority) -> Arc<UpstreamPool> {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pool) = pools.get(authority) {
+            return Arc::clone(pool);
+        }
+        let pool = UpstreamPool::with_home(authority.clone(), self.settings, Arc::downgrade(self));
+        pools.insert(authority.clone(), Arc::clone(&pool));
+        pool
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.pools.lock().map_or(0, |pools| pools.len())
+    }
 }
 
 /// The HTTP/1.1 connections to one upstream.
@@ -75,6 +153,8 @@ pub(crate) struct UpstreamPool {
     /// Oldest first: a checkout pops the back, expiry pops the front.
     idle: Mutex<VecDeque<Idle>>,
     sweeping: AtomicBool,
+    /// The map this pool is in (none for a fixed upstream's).
+    home: Weak<PoolMap>,
 }
 
 struct Idle {
@@ -83,12 +163,22 @@ struct Idle {
 }
 
 impl UpstreamPool {
+    /// The pool of a fixed upstream.
     pub(crate) fn new(authority: Authority, settings: PoolSettings) -> Arc<UpstreamPool> {
+        UpstreamPool::with_home(authority, settings, Weak::new())
+    }
+
+    fn with_home(
+        authority: Authority,
+        settings: PoolSettings,
+        home: Weak<PoolMap>,
+    ) -> Arc<UpstreamPool> {
         Arc::new(UpstreamPool {
             authority,
             settings,
             idle: Mutex::new(VecDeque::new()),
             sweeping: AtomicBool::new(false),
+            home,
         })
     }
 
@@ -103,6 +193,11 @@ impl UpstreamPool {
         self: &Arc<Self>,
         mut request: Request<Body>,
     ) -> Result<Response<Body>, ForwardError> {
+        // Started by the first request (one that fails to connect too, so that the pool of a
+        // host that never answers leaves its map as well).
+        if !self.sweeping.load(Ordering::Relaxed) && !self.sweeping.swap(true, Ordering::Relaxed) {
+            tokio::spawn(sweep(Arc::downgrade(self)));
+        }
         loop {
             let (mut sender, reused) = match self.checkout() {
                 Some(sender) => (sender, true),
@@ -162,17 +257,21 @@ impl UpstreamPool {
         }
     }
 
-    /// Connects, hands the connection to a task of its own and starts the idle sweep the
-    /// first time.
-    async fn dial(self: &Arc<Self>) -> Result<SendRequest<Body>, ForwardError> {
-        let host = self.authority.host();
-        // `[::1]` is an IPv6 literal; the brackets are URI syntax, not the address.
-        let host = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
-        let port = self.authority.port_u16().unwrap_or(80);
-        let stream = tokio::net::TcpStream::connect((host, port)).await?;
+    /// Connects within the connect timeout and hands the connection to a task of its own.
+    async fn dial(&self) -> Result<SendRequest<Body>, ForwardError> {
+        let connect = (self.settings.connect)(&self.authority);
+        let stream = match tokio::time::timeout(self.settings.connect_timeout, connect).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => return Err(self.connect_error(error)),
+            Err(_) => {
+                let after = self.settings.connect_timeout;
+                let error = io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no connection within the connect timeout ({after:?})"),
+                );
+                return Err(self.connect_error(error));
+            }
+        };
         stream.set_nodelay(true)?;
         let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(async move {
@@ -180,10 +279,36 @@ impl UpstreamPool {
                 tracing::debug!(%error, "stormguard proxy: upstream connection ended with an error");
             }
         });
-        if !self.sweeping.swap(true, Ordering::Relaxed) {
-            tokio::spawn(sweep(Arc::downgrade(self)));
-        }
         Ok(sender)
+    }
+
+    fn connect_error(&self, error: io::Error) -> ForwardError {
+        Box::new(ConnectError::new(self.authority.as_str(), error))
+    }
+
+    /// Takes this pool out of its map when it has no idle connection and nobody but the map
+    /// and the sweep holds it (no request in flight, no response body being read); a later
+    /// request for its host makes a new one. Whether it left.
+    fn leave_home(self: &Arc<Self>) -> bool {
+        let Some(home) = self.home.upgrade() else {
+            return false;
+        };
+        // With the map locked nobody can take this pool from it; a request already holding
+        // it counts in the strong count, and only such a request could return a connection.
+        let mut pools = home.pools.lock().unwrap_or_else(|e| e.into_inner());
+        let unheld = Arc::strong_count(self) == 2
+            && pools
+                .get(&self.authority)
+                .is_some_and(|pool| Arc::ptr_eq(pool, self));
+        let empty = self
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
+        if unheld && empty {
+            pools.remove(&self.authority);
+        }
+        unheld && empty
     }
 
     #[cfg(test)]
@@ -193,7 +318,8 @@ impl UpstreamPool {
 }
 
 /// Closes a pool's expired idle connections every `idle_timeout`, while the pool exists: a
-/// proxy whose traffic stopped does not hold the upstream's sockets for ever.
+/// proxy whose traffic stopped does not hold the upstream's sockets for ever. A pool of a
+/// [`PoolMap`] left with nothing leaves its map, and its sweep ends.
 async fn sweep(pool: Weak<UpstreamPool>) {
     let Some(every) = pool.upgrade().map(|p| p.settings.idle_timeout) else {
         return;
@@ -203,8 +329,13 @@ async fn sweep(pool: Weak<UpstreamPool>) {
         let Some(pool) = pool.upgrade() else {
             return;
         };
-        let mut idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
-        pool.expire(&mut idle, Instant::now());
+        {
+            let mut idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+            pool.expire(&mut idle, Instant::now());
+        }
+        if pool.leave_home() {
+            return;
+        }
     }
 }
 

@@ -86,16 +86,25 @@ impl Upstream {
     }
 }
 
-/// The authority a request names: its URI's (absolute form, HTTP/2 `:authority`), else its
-/// `Host` header.
+/// The authority a request names: its URI's (absolute form, HTTP/2 `:authority`) without
+/// any userinfo, else its `Host` header.
 pub(crate) fn named_authority<B>(request: &Request<B>) -> Option<Authority> {
     if let Some(authority) = request.uri().authority() {
-        return Some(authority.clone());
+        return without_userinfo(authority);
     }
     request
         .headers()
         .get(http::header::HOST)
         .and_then(|h| Authority::try_from(h.as_bytes()).ok())
+}
+
+/// `host:port` of an authority that may carry `user:password@` (which names a host to no
+/// one, and is a credential the next hop must not see); `None` when nothing is left of it.
+pub(crate) fn without_userinfo(authority: &Authority) -> Option<Authority> {
+    match authority.as_str().rsplit_once('@') {
+        Some((_, host)) => Authority::try_from(host).ok(),
+        None => Some(authority.clone()),
+    }
 }
 
 #[cfg(test)]
@@ -118,6 +127,19 @@ mod tests {
                 .map(|u| u.authority().to_owned()),
             Ok("[::1]:9".to_owned())
         );
+    }
+
+    #[test]
+    fn userinfo_is_not_part_of_the_named_host() {
+        let named = |uri: &str| {
+            let request = Request::get(uri).body(()).expect("request");
+            named_authority(&request).map(|a| a.as_str().to_owned())
+        };
+        assert_eq!(
+            named("http://u:pw@users:8080/x").as_deref(),
+            Some("users:8080")
+        );
+        assert_eq!(named("http://users:8080/x").as_deref(), Some("users:8080"));
     }
 
     proptest! {

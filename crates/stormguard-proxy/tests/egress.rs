@@ -397,3 +397,100 @@ async fn shutdown_drains_a_request_in_progress_and_cuts_what_outlasts_the_bound(
     proxy.shutdown(Duration::from_millis(50)).await;
     assert!(closed(&mut stream).await, "cut after the bound");
 }
+
+/// Sends `head` (a request line and headers) to `addr` on a connection of its own and reads
+/// the answer to its end (the request asks to close).
+async fn send_raw(addr: std::net::SocketAddr, head: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.expect("read");
+    answer
+}
+
+#[tokio::test]
+async fn a_request_in_absolute_form_carries_its_targets_host_without_userinfo() {
+    // RFC 9112 §3.2.2: a proxy replaces the Host of an absolute-form request with the
+    // target's authority, and userinfo is not part of it.
+    let up = upstream().await;
+    let routed = egress(None, RETRYING_GET).await;
+    let answer = send_raw(
+        routed.local_addr(),
+        &format!(
+            "GET http://user:secret@{}/users/7 HTTP/1.1\r\nhost: elsewhere.example\r\nconnection: close\r\n\r\n",
+            up.addr
+        ),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let fixed = egress(Some(up.addr), RETRYING_GET).await;
+    let answer = send_raw(
+        fixed.local_addr(),
+        "GET http://users.internal:8080/users/8 HTTP/1.1\r\nhost: elsewhere.example\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // An origin-form request keeps the caller's Host.
+    let mut request = get("/users/9");
+    request
+        .headers_mut()
+        .insert("host", "users.internal".parse().expect("value"));
+    assert_eq!(
+        send(fixed.local_addr(), request).await.status,
+        StatusCode::OK
+    );
+
+    let hosts: Vec<(String, String)> = up
+        .script
+        .seen()
+        .iter()
+        .map(|seen| {
+            let host = seen.headers["host"].to_str().expect("ascii").to_owned();
+            (seen.path.clone(), host)
+        })
+        .collect();
+    assert_eq!(
+        hosts,
+        [
+            ("/users/7".to_owned(), up.addr.to_string()),
+            ("/users/8".to_owned(), "users.internal:8080".to_owned()),
+            ("/users/9".to_owned(), "users.internal".to_owned()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn pool_settings_out_of_range_are_refused_at_start() {
+    use stormguard_proxy::{
+        Direction, EgressConfig, InvalidPool, PoolConfig, Proxy, ProxyConfig, ProxyError,
+    };
+    for (pool, field) in [
+        (
+            PoolConfig::new().with_connect_timeout(Duration::ZERO),
+            "pool.connect_timeout",
+        ),
+        (
+            PoolConfig::new().with_idle_timeout(Duration::from_secs(86_400)),
+            "pool.idle_timeout",
+        ),
+    ] {
+        let error = Proxy::start(ProxyConfig {
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            admin: None,
+            upstream: None,
+            direction: Direction::Egress(EgressConfig {
+                policy: PolicySource::Fixed(policy(RETRYING_GET)),
+                fault: None,
+                seed: Some(7),
+            }),
+            pool,
+        })
+        .await
+        .expect_err("out of range");
+        assert!(
+            matches!(error, ProxyError::Pool(InvalidPool { field: f, .. }) if f == field),
+            "{error}"
+        );
+    }
+}

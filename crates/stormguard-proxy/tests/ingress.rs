@@ -161,6 +161,7 @@ async fn an_ingress_needs_an_upstream() {
         admin: None,
         upstream: None,
         direction: stormguard_proxy::Direction::Ingress(IngressConfig::default()),
+        pool: stormguard_proxy::PoolConfig::default(),
     })
     .await
     .expect_err("no upstream");

@@ -1,21 +1,49 @@
 //! The pool against a real hyper server on 127.0.0.1 that counts the connections it accepts
 //! and sees end. Time is paused: idle expiry is driven by advancing tokio's clock.
+//!
+//! The pools connect with [`connect_now`], which has connected (or been refused) before it
+//! returns: the connect timer around it then never sees the runtime idle while a real
+//! connect is in flight, which under paused time would jump the clock to its deadline. The
+//! connect timeout itself is tested with a connector that never answers.
 
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
+use http::uri::Authority;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use stormguard::classify::Outcome;
-use stormguard_tower::wire::classify_transport_error;
+use stormguard_tower::wire::{ConnectError, classify_transport_error};
+use tokio::net::TcpStream;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
-use super::{PoolSettings, UpstreamPool};
+use super::{PoolMap, PoolSettings, UpstreamPool};
+
+type Connecting = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>>;
+
+/// Connects with a blocking connect (on loopback, done or refused at once), so the future it
+/// returns is ready.
+fn connect_now(authority: &Authority) -> Connecting {
+    let stream = std::net::TcpStream::connect(authority.as_str()).and_then(|stream| {
+        stream.set_nonblocking(true)?;
+        TcpStream::from_std(stream)
+    });
+    Box::pin(std::future::ready(stream))
+}
+
+/// A host that drops the SYN: the connect never completes.
+fn never_answers(_: &Authority) -> Connecting {
+    Box::pin(std::future::pending())
+}
 
 /// Counts of the server's connections.
 #[derive(Default)]
@@ -109,8 +137,10 @@ async fn fetch(pool: &Arc<UpstreamPool>, path: &str) -> (StatusCode, Bytes) {
 }
 
 const SETTINGS: PoolSettings = PoolSettings {
+    connect_timeout: Duration::from_secs(3),
     idle_timeout: Duration::from_secs(10),
     max_idle: 4,
+    connect: connect_now,
 };
 
 #[tokio::test(start_paused = true)]
@@ -230,15 +260,68 @@ async fn a_connection_broken_mid_request_is_in_doubt_and_replaced() {
     assert_eq!(counts.accepted(), 2);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_refused_connect_is_retryable() {
+/// An address nothing listens on (a port bound, then let go).
+async fn refused() -> Authority {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let authority = listener.local_addr().expect("addr").to_string();
     drop(listener);
-    let pool = UpstreamPool::new(authority.parse().expect("authority"), SETTINGS);
+    authority.parse().expect("authority")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_connect_is_retryable() {
+    let pool = UpstreamPool::new(refused().await, SETTINGS);
     let error = pool.send(get("/")).await.expect_err("refused");
     // Nothing was sent: any request may go again.
     assert_eq!(classify_transport_error(error.as_ref()), Outcome::Retryable);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connect_that_never_answers_fails_at_the_connect_timeout_and_is_retryable() {
+    let settings = PoolSettings {
+        connect: never_answers,
+        ..SETTINGS
+    };
+    let pool = UpstreamPool::new("10.255.255.1:80".parse().expect("authority"), settings);
+    let started = Instant::now();
+    let error = pool.send(get("/")).await.expect_err("no connection");
+    // Paused time: the clock moved to the connect timer's deadline, and no further.
+    assert_eq!(started.elapsed(), SETTINGS.connect_timeout);
+    let connect = error
+        .downcast_ref::<ConnectError>()
+        .expect("a connect error");
+    assert_eq!(connect.io_error().kind(), io::ErrorKind::TimedOut);
+    assert_eq!(connect.target(), "10.255.255.1:80");
+    // Nothing was sent: any request may go again (a bare timed-out io::Error is in doubt).
+    assert_eq!(classify_transport_error(error.as_ref()), Outcome::Retryable);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_named_pool_leaves_its_map_once_idle_and_unheld() {
+    let (authority, counts) = server().await;
+    let map = PoolMap::new(SETTINGS);
+    fetch(&map.get(&authority), "/").await;
+    map.get(&refused().await)
+        .send(get("/"))
+        .await
+        .expect_err("refused");
+    let held = map.get(&refused().await);
+    held.send(get("/")).await.expect_err("refused");
+    assert_eq!(map.len(), 3);
+
+    // The sweeps (every idle_timeout) close the idle connection, then drop the two pools
+    // nobody holds; the held one stays, and goes once it is let go.
+    tokio::time::sleep(SETTINGS.idle_timeout * 2 + Duration::from_secs(1)).await;
+    counts.wait_ended(1).await;
+    assert_eq!(map.len(), 1);
+    assert!(Arc::ptr_eq(&held, &map.get(held.authority())));
+    drop(held);
+    tokio::time::sleep(SETTINGS.idle_timeout * 2).await;
+    assert_eq!(map.len(), 0);
+
+    // A later request for the host makes a new pool, which works.
+    assert_eq!(fetch(&map.get(&authority), "/").await.0, StatusCode::OK);
+    assert_eq!(map.len(), 1);
 }

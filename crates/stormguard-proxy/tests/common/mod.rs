@@ -18,7 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use stormguard::policy::PolicyFile;
 use stormguard_proxy::{
-    Direction, EgressConfig, IngressConfig, PolicySource, Proxy, ProxyConfig, Upstream,
+    Direction, EgressConfig, IngressConfig, PolicySource, PoolConfig, Proxy, ProxyConfig, Upstream,
 };
 
 /// One request as the upstream saw it.
@@ -177,6 +177,7 @@ pub async fn egress_with(
             fault,
             seed: Some(7),
         }),
+        pool: PoolConfig::default(),
     })
     .await
     .expect("the egress proxy starts")
@@ -188,6 +189,7 @@ pub async fn ingress(upstream: SocketAddr, config: IngressConfig) -> Proxy {
         admin: Some("127.0.0.1:0".parse().expect("addr")),
         upstream: Some(upstream.to_string().parse().expect("upstream")),
         direction: Direction::Ingress(config),
+        pool: PoolConfig::default(),
     })
     .await
     .expect("the ingress proxy starts")

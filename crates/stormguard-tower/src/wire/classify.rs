@@ -290,9 +290,53 @@ pub fn refusal_of(error: &(dyn StdError + 'static)) -> Option<Refusal> {
     None
 }
 
+/// A connection that could not be opened: nothing was sent, so any request may go again,
+/// whatever the cause (refused, unreachable, a name that does not resolve, a connect that
+/// timed out). A transport that dials its own connections wraps its connect step's error in
+/// it, because the cause alone does not say when it happened: a timed-out or reset
+/// [`io::Error`] may also come after the request left, and is then in doubt.
+///
+/// ```
+/// use std::io;
+/// use stormguard::classify::Outcome;
+/// use stormguard_tower::wire::{ConnectError, classify_transport_error};
+///
+/// let timed_out = io::Error::new(io::ErrorKind::TimedOut, "no answer within 5s");
+/// assert_eq!(classify_transport_error(&timed_out), Outcome::InDoubt);
+/// let connect = ConnectError::new("users:8080", timed_out);
+/// assert_eq!(classify_transport_error(&connect), Outcome::Retryable);
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to {target}: {source}")]
+pub struct ConnectError {
+    target: String,
+    source: io::Error,
+}
+
+impl ConnectError {
+    /// The connect step's error, for the `target` it dialled (`host:port`).
+    pub fn new(target: impl Into<String>, source: io::Error) -> ConnectError {
+        ConnectError {
+            target: target.into(),
+            source,
+        }
+    }
+
+    /// What was dialled.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// The socket's (or the connect timer's) error.
+    pub fn io_error(&self) -> &io::Error {
+        &self.source
+    }
+}
+
 /// Classifies a transport error of an inner service by its type, walking the cause chain.
 ///
 /// - An injected fault ([`Abort`], from `stormguard::fault`) classifies itself.
+/// - A [`ConnectError`] was never sent: retryable, whatever its cause.
 /// - An [`io::Error`] goes to the core's [`classify_io_error`], assuming the request may have
 ///   been written: a refused or unreachable connection is retryable (nothing was sent), a
 ///   reset, abort, broken pipe or timeout is in doubt, other kinds are never retried. This is
@@ -322,6 +366,9 @@ pub fn classify_transport_error(error: &(dyn StdError + 'static)) -> Outcome {
         }
         if let Some(abort) = e.downcast_ref::<Abort>() {
             return abort.classify();
+        }
+        if e.is::<ConnectError>() {
+            return Outcome::Retryable;
         }
         if let Some(io) = e.downcast_ref::<io::Error>() {
             // An `io::Error` hides the error it wraps from `source()`.

@@ -16,7 +16,7 @@
 //! | "I already retried" | [`is_exhausted`] | [`mark_exhausted`] |
 //! | attempt number | | [`set_attempt`] |
 //! | what a response means | [`classify_response_head`], [`health_outcome`], [`grpc_outcome`] | |
-//! | what an error means | [`classify_transport_error`], [`refusal_of`] | |
+//! | what an error means | [`classify_transport_error`], [`refusal_of`] | [`ConnectError`] |
 //! | "refused here, not sent" | [`is_rejection`], [`rejection_refusal`] | [`mark_rejection`] |
 
 mod classify;
@@ -24,9 +24,9 @@ mod deadline;
 mod key;
 
 pub use classify::{
-    BoxError, HealthClassifier, as_error, classify_response_head, classify_transport_error,
-    error_type, grpc_code_for_http, grpc_outcome, grpc_status, health_outcome, mark_rejection,
-    refusal_of, rejection_refusal,
+    BoxError, ConnectError, HealthClassifier, as_error, classify_response_head,
+    classify_transport_error, error_type, grpc_code_for_http, grpc_outcome, grpc_status,
+    health_outcome, mark_rejection, refusal_of, rejection_refusal,
 };
 pub(crate) use deadline::header_name;
 pub use deadline::{has_deadline_header, read_deadline, write_deadline};
