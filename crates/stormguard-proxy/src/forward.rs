@@ -24,6 +24,7 @@
 //! `Via` entry naming this proxy is appended (RFC 9110 §7.6.3), which is how a request that
 //! comes back to the proxy that sent it is recognised (see [`crate::via`]).
 
+use std::io;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -36,6 +37,7 @@ use http::{HeaderMap, Request, Response, Uri, Version};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use stormguard_tower::wire::ConnectError;
 use tower::Service;
 
 use crate::config::PoolConfig;
@@ -180,7 +182,18 @@ where
         Box::pin(async move {
             let mut response = match prepared? {
                 Prepared::Http1(pool, request) => pool.send(request).await?,
-                Prepared::Http2(request) => inner.http2.request(request).await?.map(Body::new),
+                Prepared::Http2(request) => {
+                    let target = request.uri().authority().map(|a| a.to_string());
+                    match inner.http2.request(request).await {
+                        Ok(response) => response.map(Body::new),
+                        // Never sent: as retryable as the HTTP/1.1 pool's failed connects.
+                        Err(error) if error.is_connect() => {
+                            let target = target.unwrap_or_default();
+                            return Err(ConnectError::new(target, io::Error::other(error)).into());
+                        }
+                        Err(error) => return Err(error.into()),
+                    }
+                }
             };
             strip_hop_by_hop(response.headers_mut());
             Ok(response)

@@ -137,6 +137,9 @@ impl PoolMap {
         }
         let pool = UpstreamPool::with_home(authority.clone(), self.settings, Arc::downgrade(self));
         pools.insert(authority.clone(), Arc::clone(&pool));
+        // Swept from the start: a pool whose first request is dropped before it is sent must
+        // leave the map as well.
+        pool.start_sweeping();
         pool
     }
 
@@ -182,6 +185,17 @@ impl UpstreamPool {
         })
     }
 
+    /// Starts the task that closes idle connections (and takes a named pool out of its map),
+    /// once; outside a runtime there is nothing to sweep with, and the first request starts it.
+    fn start_sweeping(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.sweeping.load(Ordering::Relaxed) && !self.sweeping.swap(true, Ordering::Relaxed) {
+            runtime.spawn(sweep(Arc::downgrade(self)));
+        }
+    }
+
     /// The upstream's `host:port`.
     pub(crate) fn authority(&self) -> &Authority {
         &self.authority
@@ -193,11 +207,9 @@ impl UpstreamPool {
         self: &Arc<Self>,
         mut request: Request<Body>,
     ) -> Result<Response<Body>, ForwardError> {
-        // Started by the first request (one that fails to connect too, so that the pool of a
-        // host that never answers leaves its map as well).
-        if !self.sweeping.load(Ordering::Relaxed) && !self.sweeping.swap(true, Ordering::Relaxed) {
-            tokio::spawn(sweep(Arc::downgrade(self)));
-        }
+        // Started by the first request at the latest (one that fails to connect too, so that
+        // the pool of a host that never answers leaves its map as well).
+        self.start_sweeping();
         loop {
             let (mut sender, reused) = match self.checkout() {
                 Some(sender) => (sender, true),

@@ -219,11 +219,11 @@ impl WaitQueue {
         });
         let (expected, no_load) = (limiter.expected_rtt(), limiter.no_load_rtt());
         let mut patience = self.config.patience(standing, expected, no_load);
-        let mut left = None;
+        let mut released = false;
         match state.held.take() {
             // The held slot is due: this waiter, the newest, gets it now.
             Some(held) if held.bind_at <= now => {
-                left = bind_newest(&mut state, held.ticket, limiter, now);
+                released = self.bind_newest_or_forget(&mut state, held.ticket, limiter, now);
             }
             // A slot is held for the newest waiter: this one may be it.
             Some(held) => {
@@ -235,8 +235,8 @@ impl WaitQueue {
         }
         self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
         drop(state);
-        if let Some(ticket) = left {
-            limiter.forget(ticket);
+        if released {
+            self.look(limiter, now);
         }
         Some(Place { slot, patience })
     }
@@ -246,12 +246,13 @@ impl WaitQueue {
         self.state().long_wait = Some(now);
     }
 
-    /// An admitted request is done with its slot at `now`: a worker is free, so a slot held
-    /// for later is due and goes to the newest waiter now. While the round trips show a
-    /// queue behind the limit, the queue then holds the freed slot and the answer is the
-    /// instant to call [`WaitQueue::bind`] with; otherwise it goes to a waiter if there is one
-    /// (the newest while the queue stands), back to `limiter` if not. Its round trip is
-    /// recorded with `outcome`, or not at all with `None` (the request did not run).
+    /// An admitted request is done with its slot at `now`. If it ran (`outcome` is `Some`) a
+    /// worker is free, so a slot held for later is due and goes to the newest waiter now.
+    /// While the round trips show a queue behind the limit and no slot is held, the queue
+    /// then holds the freed slot and the answer is the instant to call [`WaitQueue::bind`]
+    /// with; otherwise it goes to a waiter if there is one (the newest while the queue
+    /// stands), back to `limiter` if not. Its round trip is recorded with `outcome`, or not at
+    /// all with `None` (the request did not run).
     #[must_use = "a held slot waits for `bind` at the instant returned"]
     pub(super) fn give_back(
         &self,
@@ -260,61 +261,106 @@ impl WaitQueue {
         now: Instant,
         outcome: Option<Outcome>,
     ) -> Option<Instant> {
-        let hold = hold_for(limiter);
         let mut state = self.state();
-        let left = match state.held.take() {
-            Some(held) => bind_newest(&mut state, held.ticket, limiter, now),
-            None => None,
+        let mut released = false;
+        // A request that ran and finished shows a worker free; a slot given back unused
+        // (its waiter gave up) shows nothing of the kind.
+        if outcome.is_some()
+            && let Some(held) = state.held.take()
+        {
+            released |= self.bind_newest_or_forget(&mut state, held.ticket, limiter, now);
+        }
+        // Decided with the held slot (if any) dealt with: it keeps no worker busy.
+        let hold = if state.held.is_none() {
+            hold_for(limiter)
+        } else {
+            None
         };
-        self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
         let mut bind_at = None;
         let ticket = match hold {
             Some((hold, lead)) => {
                 let partition = ticket.partition();
-                // `None`: the limit fell, and the slot went back to the limiter.
-                if let Some(ticket) = limiter.pass_on(ticket, now, outcome, partition) {
-                    state.held = Some(Held {
-                        ticket,
-                        bind_at: now + hold,
-                        lead,
-                    });
-                    bind_at = Some(now + hold);
+                match limiter.pass_on(ticket, now, outcome, partition) {
+                    Some(ticket) => {
+                        state.held = Some(Held {
+                            ticket,
+                            bind_at: now + hold,
+                            lead,
+                        });
+                        bind_at = Some(now + hold);
+                    }
+                    // The limit fell: the slot went back to the limiter.
+                    None => released = true,
                 }
                 None
             }
             None => Some(ticket),
         };
+        self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
         drop(state);
-        if let Some(left) = left {
-            limiter.forget(left);
-        }
         match ticket {
             Some(ticket) if self.len_hint.load(Ordering::SeqCst) > 0 => {
                 self.admit(limiter, Some((ticket, outcome)), now);
             }
             Some(ticket) => self.release_and_look(limiter, ticket, now, outcome),
-            None => self.look(limiter, now),
+            None if released => self.look(limiter, now),
+            None => {}
         }
         bind_at
     }
 
     /// Gives the slot held until `due` (the instant [`WaitQueue::give_back`] returned), if it
-    /// is still held, to the newest waiter at `now` (in its partition: from there its round
-    /// trip is timed from `now`), or back to `limiter` when nobody waits. The layer calls it
-    /// from a timer; a waiter joining after `due` is given the slot as it joins, and a
-    /// request finishing first gives it to the newest waiter then (a worker is free).
+    /// is still held, to the newest waiter at `now`, or back to `limiter` when nobody waits.
+    /// The layer calls it from a timer; a waiter joining after `due` is given the slot as it
+    /// joins, and a request finishing first gives it to the newest waiter then (a worker is
+    /// free).
     pub(super) fn bind(&self, limiter: &Limiter, now: Instant, due: Instant) {
         let mut state = self.state();
         let Some(held) = state.held.take_if(|held| held.bind_at == due) else {
             return;
         };
-        let left = bind_newest(&mut state, held.ticket, limiter, now);
+        let released = self.bind_newest_or_forget(&mut state, held.ticket, limiter, now);
         self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
         drop(state);
-        if let Some(ticket) = left {
-            limiter.forget(ticket);
+        if released {
             self.look(limiter, now);
         }
+    }
+
+    /// Hands `ticket`, a held slot, to the newest waiter still waiting in `state`, or gives
+    /// it back to `limiter` when nobody waits; `true` when the slot went back (the caller
+    /// looks for waiters once the lock is dropped). In the waiter's partition the round trip
+    /// goes on from when the slot came free; moved to another partition, it is timed from
+    /// `now`.
+    fn bind_newest_or_forget(
+        &self,
+        state: &mut State,
+        ticket: Ticket,
+        limiter: &Limiter,
+        now: Instant,
+    ) -> bool {
+        let mut ticket = ticket;
+        while let Some(waiter) = state.waiters.pop_back() {
+            if waiter.slot.is_closed() {
+                continue;
+            }
+            let handed = if ticket.partition() == waiter.partition {
+                ticket
+            } else if let Some(handed) = limiter.pass_on(ticket, now, None, waiter.partition) {
+                handed
+            } else {
+                // The limit fell: the slot went back to the limiter, and the waiter waits on.
+                state.waiters.push_back(waiter);
+                return true;
+            };
+            match waiter.slot.send(handed) {
+                Ok(()) => return false,
+                // It stopped waiting just now: the next newest.
+                Err(back) => ticket = back,
+            }
+        }
+        limiter.forget(ticket);
+        true
     }
 
     /// Gives `ticket` back to `limiter`, then looks for waiters once more: a request refused
@@ -392,38 +438,6 @@ impl WaitQueue {
     pub(super) fn len(&self) -> usize {
         self.len_hint.load(Ordering::Relaxed)
     }
-}
-
-/// Hands `ticket`, a held slot, to the newest waiter still waiting in `state` (in its
-/// partition); the ticket comes back when nobody waits (`None` also when the limit fell and
-/// the slot went back to `limiter`).
-fn bind_newest(
-    state: &mut State,
-    ticket: Ticket,
-    limiter: &Limiter,
-    now: Instant,
-) -> Option<Ticket> {
-    let mut ticket = ticket;
-    while let Some(waiter) = state.waiters.pop_back() {
-        if waiter.slot.is_closed() {
-            continue;
-        }
-        let handed = if ticket.partition() == waiter.partition {
-            ticket
-        } else if let Some(handed) = limiter.pass_on(ticket, now, None, waiter.partition) {
-            handed
-        } else {
-            // The limit fell: the slot went back to the limiter, and the waiter waits on.
-            state.waiters.push_back(waiter);
-            return None;
-        };
-        match waiter.slot.send(handed) {
-            Ok(()) => return None,
-            // It stopped waiting just now: the next newest.
-            Err(back) => ticket = back,
-        }
-    }
-    Some(ticket)
 }
 
 /// Gives `ticket` back to `limiter`, with its round trip or (`None`) without.

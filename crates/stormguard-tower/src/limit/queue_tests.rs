@@ -327,11 +327,9 @@ fn a_slot_is_not_held_when_no_other_request_keeps_the_server_busy() {
     assert!(waiter.slot.try_recv().is_ok());
 }
 
-/// A request finishing while a slot is held means a worker is free: the held slot goes to
-/// the newest waiter then, before its timer, and the slot just freed is held in its place;
-/// the first slot's timer then finds nothing of its own to bind.
-#[test]
-fn a_release_gives_the_held_slot_to_the_newest_waiter_and_holds_its_own() {
+/// A limit of 2 whose round trips show a queue behind it (2 ms without, 4 ms expected),
+/// both slots taken.
+fn two_slots_behind_a_queue() -> (ManualClock, Clock, Limiter, WaitQueue, [Ticket; 2]) {
     let manual = ManualClock::new();
     let clock = manual.clock();
     let vegas = Vegas::new().with_limits(2, 2, 2);
@@ -342,11 +340,16 @@ fn a_release_gives_the_held_slot_to_the_newest_waiter_and_holds_its_own() {
         manual.advance(rtt);
         limiter.release(ticket, clock.now(), Outcome::Success);
     }
-    let queue = WaitQueue::new(config());
-    let (a, b) = (
-        limiter.try_acquire(0, clock.now()).expect("room"),
-        limiter.try_acquire(0, clock.now()).expect("room"),
-    );
+    let taken = [(); 2].map(|()| limiter.try_acquire(0, clock.now()).expect("room"));
+    (manual, clock, limiter, WaitQueue::new(config()), taken)
+}
+
+/// A request finishing while a slot is held means a worker is free: the held slot goes to
+/// the newest waiter then, before its timer, and the slot just freed is held in its place;
+/// the first slot's timer then finds nothing of its own to bind.
+#[test]
+fn a_release_gives_the_held_slot_to_the_newest_waiter_and_holds_its_own() {
+    let (manual, clock, limiter, queue, [a, b]) = two_slots_behind_a_queue();
     manual.advance(MS(4));
     let first = queue.give_back(&limiter, a, clock.now(), Some(Outcome::Success));
     let first = first.expect("held");
@@ -365,4 +368,27 @@ fn a_release_gives_the_held_slot_to_the_newest_waiter_and_holds_its_own() {
     queue.bind(&limiter, clock.now(), second);
     assert!(next.slot.try_recv().is_ok());
     assert_eq!(limiter.in_flight(), 2);
+}
+
+/// A slot given back unused (its waiter gave up) shows no worker free: it goes to a waiter
+/// as any free slot does, and the held slot stays held until its time.
+#[test]
+fn a_slot_given_back_unused_leaves_the_held_slot_alone() {
+    let (manual, clock, limiter, queue, [a, b]) = two_slots_behind_a_queue();
+    manual.advance(MS(4));
+    let due = queue.give_back(&limiter, a, clock.now(), Some(Outcome::Success));
+    let due = due.expect("held");
+    let mut waiter = join(&queue, &limiter, &clock);
+    assert_eq!(queue.give_back(&limiter, b, clock.now(), None), None);
+    assert!(
+        waiter.slot.try_recv().is_ok(),
+        "the unused slot went to the waiter"
+    );
+    assert_eq!(limiter.in_flight(), 2, "the waiter's and the held one");
+    queue.bind(&limiter, clock.now(), due);
+    assert_eq!(
+        limiter.in_flight(),
+        1,
+        "nobody waited for the held one at its time"
+    );
 }
