@@ -75,6 +75,20 @@ pub struct TokenBucketSpec {
 pub struct TokenBucket {
     balance: AtomicI64,
     spec: TokenBucketSpec,
+    /// The spec's numbers in the balance's units (cut to [`LIMIT`]), worked out once: every
+    /// attempt's success reads `success_refund` and `max`, which then cost one load each.
+    units: Units,
+}
+
+/// A [`TokenBucketSpec`]'s numbers as balance units.
+#[derive(Debug)]
+struct Units {
+    max: i64,
+    failure_cost: i64,
+    retry_cost: i64,
+    timeout_retry_cost: i64,
+    success_refund: i64,
+    min_balance: i64,
 }
 
 impl TokenBucket {
@@ -130,6 +144,14 @@ impl TokenBucket {
         TokenBucket {
             balance: AtomicI64::new(milli(spec.max)),
             spec,
+            units: Units {
+                max: milli(spec.max),
+                failure_cost: milli(spec.failure_cost),
+                retry_cost: milli(spec.retry_cost),
+                timeout_retry_cost: milli(spec.timeout_retry_cost),
+                success_refund: milli(spec.success_refund),
+                min_balance: milli(spec.min_balance),
+            },
         }
     }
 
@@ -143,7 +165,7 @@ impl TokenBucket {
         let balance = self
             .balance
             .load(Ordering::Relaxed)
-            .clamp(0, milli(self.spec.max));
+            .clamp(0, self.units.max);
         balance as u64
     }
 
@@ -154,16 +176,16 @@ impl TokenBucket {
 
     #[inline]
     fn cost(&self, kind: Withdrawal) -> i64 {
-        milli(match kind {
-            Withdrawal::TimeoutRetry => self.spec.timeout_retry_cost,
-            Withdrawal::Retry | Withdrawal::Hedge => self.spec.retry_cost,
-        })
+        match kind {
+            Withdrawal::TimeoutRetry => self.units.timeout_retry_cost,
+            Withdrawal::Retry | Withdrawal::Hedge => self.units.retry_cost,
+        }
     }
 
     /// Adds `amount`, up to `max`.
     #[inline]
     fn add(&self, amount: i64) {
-        let max = milli(self.spec.max);
+        let max = self.units.max;
         // A full bucket (the healthy steady state) is left untouched: no write at all.
         if self.balance.load(Ordering::Relaxed) >= max {
             return;
@@ -185,7 +207,7 @@ impl RetryBudget for TokenBucket {
             kind: "token bucket",
         };
         let cost = self.cost(kind);
-        let required = milli(self.spec.min_balance).max(cost);
+        let required = self.units.min_balance.max(cost);
         if self.balance.load(Ordering::Relaxed) < required {
             return Err(REFUSED);
         }
@@ -205,7 +227,7 @@ impl RetryBudget for TokenBucket {
     fn record_success(&self, after: Option<Withdrawal>) {
         let refund = match after {
             Some(kind) if self.spec.refund_retry_cost => self.cost(kind),
-            _ => milli(self.spec.success_refund),
+            _ => self.units.success_refund,
         };
         if refund > 0 {
             self.add(refund);
@@ -214,7 +236,7 @@ impl RetryBudget for TokenBucket {
 
     #[inline]
     fn record_failure(&self) {
-        let cost = milli(self.spec.failure_cost);
+        let cost = self.units.failure_cost;
         if cost == 0 {
             return;
         }
