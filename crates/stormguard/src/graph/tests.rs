@@ -74,7 +74,6 @@ fn deep_chain(calls: usize) -> String {
 
 #[test]
 fn a_10000_call_chain_loads_and_lints_without_recursion_and_a_deeper_one_is_refused() {
-    let started = std::time::Instant::now();
     let graph = CallGraph::from_toml(&deep_chain(MAX_DEPTH)).unwrap();
     assert_eq!(graph.topological_order().len(), MAX_DEPTH + 1);
     let findings = lint_graph(&graph, &LintConfig::default());
@@ -100,12 +99,6 @@ fn a_10000_call_chain_loads_and_lints_without_recursion_and_a_deeper_one_is_refu
             if *depth == MAX_DEPTH + 1 && *limit == MAX_DEPTH && field.starts_with("services.\"s10000\"")),
         "{err}"
     );
-    // Generous for a debug build on a loaded machine; the recursive walk overflowed the stack.
-    assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "{:?}",
-        started.elapsed()
-    );
 }
 
 #[test]
@@ -123,7 +116,7 @@ fn a_30_layer_diamond_is_walked_once_per_endpoint_not_once_per_path() {
         }
     }
     text += "[services.a30.endpoints.\"GET /\"]\n[services.b30.endpoints.\"GET /\"]\n";
-    let started = std::time::Instant::now();
+    // A walk of every path would not end (2^30 of them); one per endpoint ends at once.
     let graph = CallGraph::from_toml(&text).unwrap();
     let findings = lint_graph(&graph, &LintConfig::default());
     let amp: Vec<_> = findings
@@ -135,11 +128,6 @@ fn a_30_layer_diamond_is_walked_once_per_endpoint_not_once_per_path() {
     assert_eq!(amp.len(), 4, "{amp:#?}");
     assert!(amp[0].message.contains("1073741824x"), "{}", amp[0].message);
     assert!(amp[0].message.contains("17.45x"), "{}", amp[0].message);
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
 }
 
 #[test]
