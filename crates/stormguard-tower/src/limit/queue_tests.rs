@@ -209,12 +209,12 @@ fn one_slot_behind_a_queue() -> (ManualClock, Clock, Limiter, Ticket, WaitQueue)
     one_slot_expecting(MS(4))
 }
 
-/// A limit of 2 (Vegas pinned there) with a no-load round trip of 2 ms and `expected`
-/// the last window's; both slots taken, one by a request that never finishes.
-fn one_slot_expecting(expected: Duration) -> (ManualClock, Clock, Limiter, Ticket, WaitQueue) {
+/// A Vegas limiter pinned at `limit`, closing a window at every release, that has seen a
+/// 2 ms round trip (its no-load one) and then `expected`.
+fn vegas_pinned_at(limit: u32, expected: Duration) -> (ManualClock, Clock, Limiter) {
     let manual = ManualClock::new();
     let clock = manual.clock();
-    let vegas = Vegas::new().with_limits(2, 2, 2);
+    let vegas = Vegas::new().with_limits(limit, limit, limit);
     let limits = LimiterConfig::new(vegas).with_window(MS(1), 1);
     let limiter = Limiter::new(limits, &clock).expect("valid");
     for rtt in [MS(2), expected] {
@@ -222,6 +222,13 @@ fn one_slot_expecting(expected: Duration) -> (ManualClock, Clock, Limiter, Ticke
         manual.advance(rtt);
         limiter.release(ticket, clock.now(), Outcome::Success);
     }
+    (manual, clock, limiter)
+}
+
+/// A limit of 2 (Vegas pinned there) with a no-load round trip of 2 ms and `expected`
+/// the last window's; both slots taken, one by a request that never finishes.
+fn one_slot_expecting(expected: Duration) -> (ManualClock, Clock, Limiter, Ticket, WaitQueue) {
+    let (manual, clock, limiter) = vegas_pinned_at(2, expected);
     assert_eq!(
         (limiter.no_load_rtt(), limiter.expected_rtt()),
         (Some(MS(2)), Some(expected))
@@ -306,16 +313,7 @@ fn a_slot_freed_without_a_queue_behind_the_limit_is_handed_out_at_once() {
 /// the round trips further.
 #[test]
 fn a_slot_is_not_held_when_no_other_request_keeps_the_server_busy() {
-    let manual = ManualClock::new();
-    let clock = manual.clock();
-    let vegas = Vegas::new().with_limits(1, 1, 1);
-    let limits = LimiterConfig::new(vegas).with_window(MS(1), 1);
-    let limiter = Limiter::new(limits, &clock).expect("valid");
-    for rtt in [MS(2), MS(9)] {
-        let ticket = limiter.try_acquire(0, clock.now()).expect("room");
-        manual.advance(rtt);
-        limiter.release(ticket, clock.now(), Outcome::Success);
-    }
+    let (manual, clock, limiter) = vegas_pinned_at(1, MS(9));
     let queue = WaitQueue::new(config());
     let running = limiter.try_acquire(0, clock.now()).expect("room");
     let mut waiter = join(&queue, &limiter, &clock);
@@ -330,16 +328,7 @@ fn a_slot_is_not_held_when_no_other_request_keeps_the_server_busy() {
 /// A limit of 2 whose round trips show a queue behind it (2 ms without, 4 ms expected),
 /// both slots taken.
 fn two_slots_behind_a_queue() -> (ManualClock, Clock, Limiter, WaitQueue, [Ticket; 2]) {
-    let manual = ManualClock::new();
-    let clock = manual.clock();
-    let vegas = Vegas::new().with_limits(2, 2, 2);
-    let limits = LimiterConfig::new(vegas).with_window(MS(1), 1);
-    let limiter = Limiter::new(limits, &clock).expect("valid");
-    for rtt in [MS(2), MS(4)] {
-        let ticket = limiter.try_acquire(0, clock.now()).expect("room");
-        manual.advance(rtt);
-        limiter.release(ticket, clock.now(), Outcome::Success);
-    }
+    let (manual, clock, limiter) = vegas_pinned_at(2, MS(4));
     let taken = [(); 2].map(|()| limiter.try_acquire(0, clock.now()).expect("room"));
     (manual, clock, limiter, WaitQueue::new(config()), taken)
 }
