@@ -68,7 +68,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use stormguard::classify::Outcome;
@@ -169,6 +169,9 @@ pub(super) struct WaitQueue {
     state: Mutex<State>,
     /// The waiters' count as of the last change: a release with nobody waiting takes no lock.
     len_hint: AtomicUsize,
+    /// Whether a slot is held, as of the last change: a release with nothing held and no
+    /// queue behind the limit takes no lock either.
+    held_hint: AtomicBool,
 }
 
 /// A place in the queue: wait on `slot` for at most `patience`. A ticket sent after the
@@ -188,6 +191,7 @@ impl WaitQueue {
                 held: None,
             }),
             len_hint: AtomicUsize::new(0),
+            held_hint: AtomicBool::new(false),
         }
     }
 
@@ -234,6 +238,8 @@ impl WaitQueue {
             None => {}
         }
         self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
+        self.held_hint
+            .store(state.held.is_some(), Ordering::Relaxed);
         drop(state);
         if released {
             self.look(limiter, now);
@@ -261,6 +267,11 @@ impl WaitQueue {
         now: Instant,
         outcome: Option<Outcome>,
     ) -> Option<Instant> {
+        if !self.held_hint.load(Ordering::Relaxed) && hold_for(limiter).is_none() {
+            // The common case, without the lock: nothing to bind, nothing to hold.
+            self.hand_on(limiter, ticket, now, outcome);
+            return None;
+        }
         let mut state = self.state();
         let mut released = false;
         // A request that ran and finished shows a worker free; a slot given back unused
@@ -297,16 +308,25 @@ impl WaitQueue {
             None => Some(ticket),
         };
         self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
+        self.held_hint
+            .store(state.held.is_some(), Ordering::Relaxed);
         drop(state);
         match ticket {
-            Some(ticket) if self.len_hint.load(Ordering::SeqCst) > 0 => {
-                self.admit(limiter, Some((ticket, outcome)), now);
-            }
-            Some(ticket) => self.release_and_look(limiter, ticket, now, outcome),
+            Some(ticket) => self.hand_on(limiter, ticket, now, outcome),
             None if released => self.look(limiter, now),
             None => {}
         }
         bind_at
+    }
+
+    /// Gives a freed slot to a waiter if there is one (the newest while the queue stands),
+    /// back to `limiter` if not.
+    fn hand_on(&self, limiter: &Limiter, ticket: Ticket, now: Instant, outcome: Option<Outcome>) {
+        if self.len_hint.load(Ordering::SeqCst) > 0 {
+            self.admit(limiter, Some((ticket, outcome)), now);
+        } else {
+            self.release_and_look(limiter, ticket, now, outcome);
+        }
     }
 
     /// Gives the slot held until `due` (the instant [`WaitQueue::give_back`] returned), if it
@@ -321,6 +341,8 @@ impl WaitQueue {
         };
         let released = self.bind_newest_or_forget(&mut state, held.ticket, limiter, now);
         self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
+        self.held_hint
+            .store(state.held.is_some(), Ordering::Relaxed);
         drop(state);
         if released {
             self.look(limiter, now);
@@ -427,6 +449,8 @@ impl WaitQueue {
             }
         }
         self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
+        self.held_hint
+            .store(state.held.is_some(), Ordering::Relaxed);
         drop(state);
         if let Some((ticket, outcome)) = slot {
             // Every waiter had gone; one may have joined since the lock was dropped.
