@@ -76,9 +76,16 @@ impl<T> Slab<T> {
     /// filling it in where it lies; `None` when all [`MAX_SLOT`] + 1 slots are taken.
     #[inline(always)]
     pub fn insert_mut(&mut self, value: T) -> Option<(u32, &mut T)> {
+        self.insert_with(|| value)
+    }
+
+    /// Stores the value `make` builds, like [`insert_mut`](Slab::insert_mut), building it
+    /// where it goes: in a free slot it is written in place, not built aside and copied in.
+    #[inline(always)]
+    pub fn insert_with(&mut self, make: impl FnOnce() -> T) -> Option<(u32, &mut T)> {
         let id = self.free;
         if (id as usize) >= self.slots.len() {
-            return self.push(value);
+            return self.push(make());
         }
         let slot = self.slots.get_mut(id as usize)?;
         let Entry::Free { next } = *slot else {
@@ -89,7 +96,7 @@ impl<T> Slab<T> {
         // Replaced, not assigned: an assignment would run the drop glue of the free entry
         // it overwrites (an out-of-line call for a value with a `Drop`), which has nothing
         // to drop.
-        let free = std::mem::replace(slot, Entry::Taken(value));
+        let free = std::mem::replace(slot, Entry::Taken(make()));
         std::mem::forget(free);
         match slot {
             Entry::Taken(value) => Some((id, value)),

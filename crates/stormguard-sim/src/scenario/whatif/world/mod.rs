@@ -104,7 +104,6 @@ struct Request {
     node: u32,
     /// Its node's service (read at every step of the request).
     service: u32,
-    generation: u32,
     /// The call whose attempt this is ([`NONE`] for an entry request) and the attempt's token.
     caller: u32,
     token: u32,
@@ -209,7 +208,6 @@ pub(super) struct World<'p> {
     rng: SmallRng,
     steps: Vec<Step>,
     tokens: u32,
-    generations: u32,
     /// The time bin of the event being handled, and where it ends.
     bin: usize,
     bin_end: Nanos,
@@ -262,7 +260,6 @@ impl<'p> World<'p> {
             timers: model.edges.iter().map(|_| Fifo::default()).collect(),
             armed: vec![NEVER; model.edges.len()],
             tokens: 0,
-            generations: 0,
             bin: 0,
             bin_end: bin_width,
             bin_width,
@@ -325,8 +322,8 @@ impl<'p> World<'p> {
         let Some(service) = self.model.nodes.get(node).map(|n| n.service) else {
             return Ok(());
         };
-        let next = self.arrive(now, node, service, NONE, 0, NEVER).1;
-        self.drain_out_of_line(now, next)
+        self.arrive(now, node, service, NONE, 0, NEVER);
+        self.drain_out_of_line(now, None)
     }
 
     /// Handles a `DONE`, `RETRY` or `TIMEOUT` event and everything that follows from it.
@@ -343,7 +340,7 @@ impl<'p> World<'p> {
         operand: u32,
     ) -> Result<(), InvalidParam> {
         let first = match kind {
-            DONE => self.done(now, slot, operand),
+            DONE => self.done(now, slot),
             RETRY => self.retry(now, slot, operand),
             TIMEOUT => self.timeout(now, slot, operand),
             _ => None,
@@ -353,11 +350,8 @@ impl<'p> World<'p> {
 
     /// A request's work ended.
     #[inline(always)]
-    fn done(&mut self, now: Nanos, slot: u32, generation: u32) -> Next {
+    fn done(&mut self, now: Nanos, slot: u32) -> Next {
         let r = self.requests.get(slot)?;
-        if r.generation != generation {
-            return None;
-        }
         let service = r.service;
         let failure_rate = self
             .model
