@@ -231,7 +231,7 @@ mod tests {
 
     /// Slots come back last freed first, as from a stack of free slot numbers: the
     /// simulators' event order (ties broken by slot number) depends on it. Checked against
-    /// such a stack over a random mix of inserts and frees.
+    /// such a stack over a random mix of inserts (by value and by builder) and frees.
     #[test]
     fn freed_slots_are_reused_last_freed_first() {
         use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -244,7 +244,12 @@ mod tests {
                     next += 1;
                     next - 1
                 });
-                let (id, value) = slab.insert_mut(i).expect("room");
+                let (id, value) = if i % 2 == 0 {
+                    slab.insert_mut(i)
+                } else {
+                    slab.insert_with(|| i)
+                }
+                .expect("room");
                 assert_eq!((id, *value), (expected, i));
                 *value += 1;
                 assert_eq!(slab.get(id), Some(&(i + 1)));
