@@ -40,11 +40,7 @@ impl World<'_> {
             None
         };
         if refused.is_none() {
-            let deadline = if state.honours_deadline {
-                deadline
-            } else {
-                NEVER
-            };
+            let deadline = deadline | state.ignored_deadline;
             let request = move || Request {
                 node: node as u32,
                 service: service as u32,
