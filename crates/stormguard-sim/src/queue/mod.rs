@@ -95,7 +95,6 @@ pub struct EventQueue {
     /// Time of the last event popped.
     now: Nanos,
     len: usize,
-    pushed: u64,
 }
 
 impl Default for EventQueue {
@@ -110,7 +109,6 @@ impl Default for EventQueue {
             far_first: Nanos::MAX,
             now: 0,
             len: 0,
-            pushed: 0,
         }
     }
 }
@@ -133,7 +131,6 @@ impl EventQueue {
     #[inline(always)]
     pub fn push(&mut self, at: Nanos, payload: u64) {
         self.len += 1;
-        self.pushed += 1;
         let at = at.max(self.now);
         let bucket = at >> BUCKET_BITS;
         if bucket <= self.cursor {
@@ -269,11 +266,6 @@ impl EventQueue {
         self.len == 0
     }
 
-    /// Events pushed since the queue was made or last cleared.
-    pub fn pushed(&self) -> u64 {
-        self.pushed
-    }
-
     /// Drops every pending event and goes back to time zero, keeping the allocations.
     pub fn clear(&mut self) {
         for b in &mut self.buckets {
@@ -287,7 +279,6 @@ impl EventQueue {
         self.far_first = Nanos::MAX;
         self.now = 0;
         self.len = 0;
-        self.pushed = 0;
     }
 }
 
@@ -404,7 +395,6 @@ mod tests {
         assert_eq!(q.pop(), Some((100, 1)));
         q.push(50, 3);
         assert_eq!(q.pop(), Some((100, 3)));
-        assert_eq!(q.pushed(), 3);
         q.clear();
         assert!(q.is_empty());
         q.push(7, 4);

@@ -93,9 +93,8 @@ impl World<'_> {
         let deadline = per_try.map_or(c.deadline, |t| t.min(c.deadline));
         c.token = token;
         c.sent = now;
-        let (known, next) =
-            self.arrive(now, edge.callee, edge.callee_service, call, token, deadline);
-        if deadline != NEVER && known.is_none_or(|at| at > deadline) {
+        let known = self.arrive(now, edge.callee, edge.callee_service, call, token, deadline);
+        if deadline != NEVER && known > deadline {
             if per_try == Some(deadline) {
                 // Every attempt on this call of the graph gets the same per-try timeout,
                 // so these deadlines come in sending order.
@@ -107,7 +106,8 @@ impl World<'_> {
                 self.queue.push(deadline, pack(TIMEOUT, call, token));
             }
         }
-        next
+        // A refusal's reply, if any, is on the stack: it is the step worked on next.
+        None
     }
 
     /// An attempt of `call` was answered.

@@ -33,9 +33,24 @@
 //!   carries its per-try timeout in nanoseconds;
 //! - latencies are counted in buckets of our own and handed to the HDR histogram only for
 //!   the report ([`latency`](super::latency));
-//! - slab slots are written and dropped where they lie, never copied in or out (a request
-//!   that gets a worker at once is stored first and set to work in its slot), and a slab's
-//!   free list lives in its free slots;
+//! - slab slots are written and dropped where they lie, never copied in or out: a request
+//!   that gets a worker at once is built in its slot ([`Slab::insert_with`] calls the
+//!   builder where the value goes; built aside and moved in, it cost a copy of its 48 bytes
+//!   and 1.3 % of the bench's instructions) and set to work there, and a slab's free list
+//!   lives in its free slots;
+//! - [`World::arrive`] returns one register, when the answer is known to come ([`NEVER`]:
+//!   not known). The rare refusal pushes its reply on the stack instead of returning it
+//!   beside the time: nothing else is pushed before the arrival's caller hands back to the
+//!   step loop, which pops it next, exactly where a returned step would have been worked
+//!   on (the pair came back through memory, about 2 % of the bench's instructions);
+//! - whether a service honours deadlines is kept as a mask OR-ed into the deadline a
+//!   request brings ([`NEVER`] where it does not), not a flag to branch on (about 0.8 % of
+//!   the bench's instructions);
+//! - a `DONE` event carries no generation to check, since it is never stale: a request's
+//!   slot is freed only after its `DONE` was handled (its calls start after its work ends,
+//!   and one waiting for a worker has no `DONE` yet). Its payload's operand is 0, which
+//!   changes no tie: two `DONE` events of one slot are never pending at once (about 1.5 %
+//!   of the bench's instructions);
 //! - each service counts into a field for the time bin the loop is in, added to its
 //!   series when the loop leaves the bin ([`ServiceStats::close`]), not into an indexed bin;
 //! - a slab that is full records the error, which the event's caller returns, instead of
@@ -104,7 +119,6 @@ struct Request {
     node: u32,
     /// Its node's service (read at every step of the request).
     service: u32,
-    generation: u32,
     /// The call whose attempt this is ([`NONE`] for an entry request) and the attempt's token.
     caller: u32,
     token: u32,
@@ -189,7 +203,9 @@ struct ServiceState {
     workers: u32,
     /// Queue places (`usize::MAX`: no limit).
     queue: usize,
-    honours_deadline: bool,
+    /// OR-ed into the deadline a request brings: 0 at a service that honours deadlines,
+    /// all ones ([`NEVER`]) at one that does not (one instruction, no branch).
+    ignored_deadline: Nanos,
     /// Workers at work; always 0 at a service without a limit, where nothing ever waits
     /// for a worker, so that a request ending there needs no `Release` step.
     busy: u32,
@@ -209,7 +225,6 @@ pub(super) struct World<'p> {
     rng: SmallRng,
     steps: Vec<Step>,
     tokens: u32,
-    generations: u32,
     /// The time bin of the event being handled, and where it ends.
     bin: usize,
     bin_end: Nanos,
@@ -244,7 +259,7 @@ impl<'p> World<'p> {
             .map(|(s, stats)| ServiceState {
                 workers: s.workers,
                 queue: s.queue,
-                honours_deadline: s.honours_deadline,
+                ignored_deadline: if s.honours_deadline { 0 } else { NEVER },
                 busy: 0,
                 waiting: VecDeque::new(),
                 faults: Faults::of(&s.name, injections),
@@ -262,7 +277,6 @@ impl<'p> World<'p> {
             timers: model.edges.iter().map(|_| Fifo::default()).collect(),
             armed: vec![NEVER; model.edges.len()],
             tokens: 0,
-            generations: 0,
             bin: 0,
             bin_end: bin_width,
             bin_width,
@@ -325,8 +339,8 @@ impl<'p> World<'p> {
         let Some(service) = self.model.nodes.get(node).map(|n| n.service) else {
             return Ok(());
         };
-        let next = self.arrive(now, node, service, NONE, 0, NEVER).1;
-        self.drain_out_of_line(now, next)
+        self.arrive(now, node, service, NONE, 0, NEVER);
+        self.drain_out_of_line(now, None)
     }
 
     /// Handles a `DONE`, `RETRY` or `TIMEOUT` event and everything that follows from it.
@@ -343,7 +357,7 @@ impl<'p> World<'p> {
         operand: u32,
     ) -> Result<(), InvalidParam> {
         let first = match kind {
-            DONE => self.done(now, slot, operand),
+            DONE => self.done(now, slot),
             RETRY => self.retry(now, slot, operand),
             TIMEOUT => self.timeout(now, slot, operand),
             _ => None,
@@ -353,11 +367,8 @@ impl<'p> World<'p> {
 
     /// A request's work ended.
     #[inline(always)]
-    fn done(&mut self, now: Nanos, slot: u32, generation: u32) -> Next {
+    fn done(&mut self, now: Nanos, slot: u32) -> Next {
         let r = self.requests.get(slot)?;
-        if r.generation != generation {
-            return None;
-        }
         let service = r.service;
         let failure_rate = self
             .model
