@@ -162,6 +162,7 @@ async fn one_worker_stays_busy_and_its_admitted_requests_wait_a_fraction_of_a_se
     // late, about 3.
     assert!(p50 <= 3_400, "admitted p50 {p50} us");
     assert!(p95 <= 3_900, "admitted p95 {p95} us");
-    // The goal: at most twice the unloaded p99 (2.7 ms).
-    assert!(p99 <= 5_400, "admitted p99 {p99} us");
+    // The goal is at most twice the unloaded p99 (2.7 ms); the window after each
+    // probe of the no-load round trip, its slots handed out at once, made it 4.4 ms.
+    assert!(p99 <= 4_200, "admitted p99 {p99} us");
 }

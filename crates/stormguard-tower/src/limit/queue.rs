@@ -58,6 +58,14 @@
 //! while a slot is held may wait until it is given, a quarter of the queueing longer (the
 //! ones not picked then leave: the newest are served first).
 //!
+//! The round trips that show the queue are the last window's, and a window run below the
+//! current limit shows none: Vegas's probe of its no-load round trip runs two windows at
+//! half the limit (a limit of 1 for one worker), and a limit cut for a window grows back
+//! the next. The limit back where a queue was seen keeps it, so slots are held as before
+//! (one no-load round trip's worth of queueing) until a window at that limit or above shows
+//! no queue; were they handed out at once, every request of that window would wait a whole
+//! service time (`tests/limit_one_worker.rs`: the admitted p99 4.4 ms instead of 3.8).
+//!
 //! Three things give a held slot out, whichever comes first: the layer's timer at the end
 //! of the hold; a waiter joining after that end (tokio's timers count whole milliseconds,
 //! arrivals do not); and another request finishing, which shows a worker free at once (a
@@ -68,7 +76,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use stormguard::classify::Outcome;
@@ -139,15 +147,40 @@ struct Held {
 /// is in flight to keep the server busy meanwhile (see
 /// [the module docs](self#late-binding-a-freed-slot-is-held-then-given-to-the-newest-waiter));
 /// `None`: hand it out at once. The slot being freed is still counted in flight.
-fn hold_for(limiter: &Limiter) -> Option<(Duration, Duration)> {
+///
+/// `queue_seen_at` is the lowest limit at which the round trips last showed a queue behind
+/// it (0: none). A window run at a lower limit than the current one (a probe of the no-load
+/// RTT, a window cut below the limit and grown back) shows no queue, but says nothing of the
+/// one the current limit keeps: while the limit is back at or above `queue_seen_at` the
+/// slot is held as before, for one no-load round trip's worth of queueing. A window at a
+/// limit at least as high that shows none clears it.
+fn hold_for(limiter: &Limiter, queue_seen_at: &AtomicU32) -> Option<(Duration, Duration)> {
     if limiter.in_flight() < 2 {
         return None;
     }
     let (expected, no_load) = (limiter.expected_rtt()?, limiter.no_load_rtt()?);
-    let behind = expected.checked_sub(no_load)?;
-    if behind.is_zero() || behind < no_load / 4 {
-        return None;
-    }
+    let window_limit = limiter.window_limit()?;
+    let measured = expected
+        .checked_sub(no_load)
+        .filter(|behind| !behind.is_zero() && *behind >= no_load / 4);
+    let seen = queue_seen_at.load(Ordering::Relaxed);
+    let behind = match measured {
+        Some(behind) => {
+            if seen == 0 || window_limit < seen {
+                queue_seen_at.store(window_limit, Ordering::Relaxed);
+            }
+            behind
+        }
+        // The last window ran below the limit at which a queue was seen, and the limit is
+        // back up: the queue is still there.
+        None if seen != 0 && window_limit < seen && seen <= limiter.limit() => no_load,
+        None => {
+            if seen != 0 && window_limit >= seen {
+                queue_seen_at.store(0, Ordering::Relaxed);
+            }
+            return None;
+        }
+    };
     // At most one service time: a round trip stretched by something else than a queue (a
     // slow dependency, a busy machine) must not hold slots longer than any request works.
     let behind = behind.min(no_load);
@@ -172,6 +205,9 @@ pub(super) struct WaitQueue {
     /// Whether a slot is held, as of the last change: a release with nothing held and no
     /// queue behind the limit takes no lock either.
     held_hint: AtomicBool,
+    /// The lowest limit at which the round trips last showed a queue behind it; 0: none
+    /// (see [`hold_for`]).
+    queue_seen_at: AtomicU32,
 }
 
 /// A place in the queue: wait on `slot` for at most `patience`. A ticket sent after the
@@ -192,6 +228,7 @@ impl WaitQueue {
             }),
             len_hint: AtomicUsize::new(0),
             held_hint: AtomicBool::new(false),
+            queue_seen_at: AtomicU32::new(0),
         }
     }
 
@@ -267,7 +304,9 @@ impl WaitQueue {
         now: Instant,
         outcome: Option<Outcome>,
     ) -> Option<Instant> {
-        if !self.held_hint.load(Ordering::Relaxed) && hold_for(limiter).is_none() {
+        if !self.held_hint.load(Ordering::Relaxed)
+            && hold_for(limiter, &self.queue_seen_at).is_none()
+        {
             // The common case, without the lock: nothing to bind, nothing to hold.
             self.hand_on(limiter, ticket, now, outcome);
             return None;
@@ -283,7 +322,7 @@ impl WaitQueue {
         }
         // Decided with the held slot (if any) dealt with: it keeps no worker busy.
         let hold = if state.held.is_none() {
-            hold_for(limiter)
+            hold_for(limiter, &self.queue_seen_at)
         } else {
             None
         };

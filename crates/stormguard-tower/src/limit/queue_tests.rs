@@ -381,3 +381,68 @@ fn a_slot_given_back_unused_leaves_the_held_slot_alone() {
         "nobody waited for the held one at its time"
     );
 }
+
+/// A Vegas limit of 2 that probes its no-load round trip at a limit of 1 every third
+/// window, each release closing a window.
+fn vegas_probing() -> (ManualClock, Clock, Limiter) {
+    let manual = ManualClock::new();
+    let clock = manual.clock();
+    let vegas = Vegas::new()
+        .with_limits(1, 2, 2)
+        .with_slow_start(false)
+        .with_probe(3, 1);
+    let limits = LimiterConfig::new(vegas).with_window(MS(1), 1);
+    let limiter = Limiter::new(limits, &clock).expect("valid");
+    (manual, clock, limiter)
+}
+
+/// One request taking `rtt` at a time, a window each.
+fn windows(manual: &ManualClock, clock: &Clock, limiter: &Limiter, rtts: &[u64]) {
+    for &rtt in rtts {
+        let ticket = limiter.try_acquire(0, clock.now()).expect("room");
+        manual.advance(MS(rtt));
+        limiter.release(ticket, clock.now(), Outcome::Success);
+    }
+}
+
+/// Whether a slot freed with both slots taken would be held, and for how long.
+fn would_hold(limiter: &Limiter, clock: &Clock, seen: &AtomicU32) -> Option<(Duration, Duration)> {
+    let tickets = [(); 2].map(|()| limiter.try_acquire(0, clock.now()).expect("room"));
+    let hold = hold_for(limiter, seen);
+    for ticket in tickets {
+        limiter.forget(ticket);
+    }
+    hold
+}
+
+/// A probe of the no-load round trip runs two windows at a limit of 1, where nothing
+/// waits: the window that restores the limit of 2 shows no queue, yet the limit keeps one
+/// as before the probe, and the slots are held as before. A window at the limit of 2 that
+/// shows none ends it.
+#[test]
+fn a_limit_back_from_a_probe_keeps_holding_until_a_window_at_it_shows_no_queue() {
+    let (manual, clock, limiter) = vegas_probing();
+    let seen = AtomicU32::new(0);
+    windows(&manual, &clock, &limiter, &[2, 4]);
+    assert_eq!((limiter.limit(), limiter.window_limit()), (2, Some(2)));
+    let held = Some((Duration::from_micros(1_500), Duration::from_micros(500)));
+    assert_eq!(would_hold(&limiter, &clock, &seen), held);
+    // The probe: a window at 2 starts it, two at 1 measure, the limit is back at 2.
+    windows(&manual, &clock, &limiter, &[4, 4, 2]);
+    assert_eq!(
+        (
+            limiter.limit(),
+            limiter.window_limit(),
+            limiter.expected_rtt()
+        ),
+        (2, Some(1), Some(MS(2)))
+    );
+    assert_eq!(would_hold(&limiter, &clock, &seen), held, "still held");
+    windows(&manual, &clock, &limiter, &[2]);
+    assert_eq!(
+        (limiter.window_limit(), limiter.expected_rtt()),
+        (Some(2), Some(MS(2)))
+    );
+    assert_eq!(would_hold(&limiter, &clock, &seen), None);
+    assert_eq!(seen.load(Ordering::Relaxed), 0, "forgotten");
+}

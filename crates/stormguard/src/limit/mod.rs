@@ -254,6 +254,8 @@ pub struct Limiter {
     window_end: AtomicCell<Instant>,
     /// The last closed window's mean RTT, in nanoseconds; 0 before the first.
     expected_ns: AtomicU64,
+    /// The limit in force during the last closed window; 0 before the first.
+    window_limit: AtomicU32,
     /// The algorithm's no-load RTT after the last closed window, in nanoseconds; 0: none.
     no_load_ns: AtomicU64,
     /// The algorithm and what the last closed window saw: the closer's, one at a time.
@@ -278,6 +280,7 @@ impl Limiter {
             drops: AtomicU32::new(0),
             window_end: AtomicCell::new(later(start, config.window)),
             expected_ns: AtomicU64::new(0),
+            window_limit: AtomicU32::new(0),
             no_load_ns: AtomicU64::new(0),
             update: Mutex::new(Update {
                 algorithm: config.algorithm,
@@ -319,6 +322,17 @@ impl Limiter {
         match self.expected_ns.load(Ordering::Relaxed) {
             0 => None,
             ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// The limit in force during the last closed window, the one whose round trips
+    /// [`Limiter::expected_rtt`] gives; `None` before the first window closed. Below the
+    /// current limit, those round trips say nothing of the queue the current limit keeps (a
+    /// limit that just rose after a probe of the no-load RTT, say).
+    pub fn window_limit(&self) -> Option<u32> {
+        match self.window_limit.load(Ordering::Relaxed) {
+            0 => None,
+            limit => Some(limit),
         }
     }
 
@@ -521,7 +535,8 @@ impl Limiter {
             max_in_flight: peak,
         };
         let limit = update.algorithm.update(&sample);
-        self.limit.store(limit, Ordering::Relaxed);
+        let during = self.limit.swap(limit, Ordering::Relaxed);
+        self.window_limit.store(during.max(1), Ordering::Relaxed);
         self.expected_ns.store(mean_ns, Ordering::Relaxed);
         let no_load = update.algorithm.no_load_rtt().map_or(0, |d| {
             u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
