@@ -125,7 +125,7 @@ fn get(path: &str) -> Request<Body> {
 
 /// Sends `path` and reads the whole answer.
 async fn fetch(pool: &Arc<UpstreamPool>, path: &str) -> (StatusCode, Bytes) {
-    let response = pool.send(get(path)).await.expect("response");
+    let response = pool.send(get(path), None).await.expect("response");
     let status = response.status();
     let body = response
         .into_body()
@@ -164,9 +164,9 @@ async fn concurrent_requests_dial_and_the_pool_keeps_at_most_max_idle() {
     let pool = UpstreamPool::new(authority, settings);
     // Three responses held at once: three connections.
     let held = [
-        pool.send(get("/")).await.expect("first"),
-        pool.send(get("/")).await.expect("second"),
-        pool.send(get("/")).await.expect("third"),
+        pool.send(get("/"), None).await.expect("first"),
+        pool.send(get("/"), None).await.expect("second"),
+        pool.send(get("/"), None).await.expect("third"),
     ];
     assert_eq!(counts.accepted(), 3);
     for response in held {
@@ -200,7 +200,7 @@ async fn a_connection_the_server_closes_is_replaced() {
 async fn a_body_dropped_before_its_end_closes_its_connection() {
     let (authority, counts) = server().await;
     let pool = UpstreamPool::new(authority, SETTINGS);
-    let response = pool.send(get("/big")).await.expect("response");
+    let response = pool.send(get("/big"), None).await.expect("response");
     let mut body = response.into_body();
     let first = body.frame().await.expect("a frame").expect("data");
     assert!(first.is_data());
@@ -221,7 +221,7 @@ async fn an_empty_body_never_polled_returns_its_connection() {
         .header(http::header::HOST, "upstream")
         .body(Body::empty())
         .expect("request");
-    drop(pool.send(head).await.expect("response"));
+    drop(pool.send(head, None).await.expect("response"));
     assert_eq!(pool.idle_len(), 1);
     fetch(&pool, "/").await;
     assert_eq!(counts.accepted(), 1);
@@ -253,7 +253,10 @@ async fn a_connection_broken_mid_request_is_in_doubt_and_replaced() {
     let (authority, counts) = server().await;
     let pool = UpstreamPool::new(authority, SETTINGS);
     fetch(&pool, "/").await;
-    let error = pool.send(get("/hangup")).await.expect_err("no answer");
+    let error = pool
+        .send(get("/hangup"), None)
+        .await
+        .expect_err("no answer");
     // Sent and unanswered: only an idempotent or keyed request may go again.
     assert_eq!(classify_transport_error(error.as_ref()), Outcome::InDoubt);
     assert_eq!(fetch(&pool, "/").await.0, StatusCode::OK);
@@ -273,7 +276,7 @@ async fn refused() -> Authority {
 #[tokio::test(start_paused = true)]
 async fn a_refused_connect_is_retryable() {
     let pool = UpstreamPool::new(refused().await, SETTINGS);
-    let error = pool.send(get("/")).await.expect_err("refused");
+    let error = pool.send(get("/"), None).await.expect_err("refused");
     // Nothing was sent: any request may go again.
     assert_eq!(classify_transport_error(error.as_ref()), Outcome::Retryable);
 }
@@ -286,7 +289,7 @@ async fn a_connect_that_never_answers_fails_at_the_connect_timeout_and_is_retrya
     };
     let pool = UpstreamPool::new("10.255.255.1:80".parse().expect("authority"), settings);
     let started = Instant::now();
-    let error = pool.send(get("/")).await.expect_err("no connection");
+    let error = pool.send(get("/"), None).await.expect_err("no connection");
     // Paused time: the clock moved to the connect timer's deadline, and no further.
     assert_eq!(started.elapsed(), SETTINGS.connect_timeout);
     let connect = error
@@ -299,16 +302,63 @@ async fn a_connect_that_never_answers_fails_at_the_connect_timeout_and_is_retrya
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_route_connect_timeout_bounds_the_connect_instead_of_the_pools() {
+    let settings = PoolSettings {
+        connect: never_answers,
+        ..SETTINGS
+    };
+    let pool = UpstreamPool::new("10.255.255.1:80".parse().expect("authority"), settings);
+    let route = Duration::from_millis(100);
+    let started = Instant::now();
+    let error = pool
+        .send(get("/"), Some(route))
+        .await
+        .expect_err("no connection");
+    assert_eq!(
+        started.elapsed(),
+        route,
+        "the route's timeout, not the pool's 3 s"
+    );
+    let connect = error
+        .downcast_ref::<ConnectError>()
+        .expect("a connect error");
+    assert_eq!(connect.io_error().kind(), io::ErrorKind::TimedOut);
+    assert_eq!(classify_transport_error(error.as_ref()), Outcome::Retryable);
+    // The next request, of a route without one, connects within the pool's own.
+    let started = Instant::now();
+    pool.send(get("/"), None).await.expect_err("no connection");
+    assert_eq!(started.elapsed(), SETTINGS.connect_timeout);
+}
+
+#[tokio::test(start_paused = true)]
+async fn routes_with_different_connect_timeouts_share_connections() {
+    let (authority, counts) = server().await;
+    let pool = UpstreamPool::new(authority, SETTINGS);
+    fetch(&pool, "/").await;
+    let response = pool
+        .send(get("/"), Some(Duration::from_millis(100)))
+        .await
+        .expect("response");
+    let _ = response.into_body().collect().await.expect("body");
+    assert_eq!(
+        counts.accepted(),
+        1,
+        "the idle connection served the other route"
+    );
+    assert_eq!(pool.idle_len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_named_pool_leaves_its_map_once_idle_and_unheld() {
     let (authority, counts) = server().await;
     let map = PoolMap::new(SETTINGS);
     fetch(&map.get(&authority), "/").await;
     map.get(&refused().await)
-        .send(get("/"))
+        .send(get("/"), None)
         .await
         .expect_err("refused");
     let held = map.get(&refused().await);
-    held.send(get("/")).await.expect_err("refused");
+    held.send(get("/"), None).await.expect_err("refused");
     assert_eq!(map.len(), 3);
 
     // The sweeps (every idle_timeout) close the idle connection, then drop the two pools
