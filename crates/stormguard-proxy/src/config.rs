@@ -46,7 +46,8 @@ pub struct ProxyConfig {
 /// - `connect_timeout`: 5 s, Envoy's default for a cluster. Without one a connect to a host
 ///   that drops the SYN lasts as long as the kernel retries it (about 127 s on Linux), and
 ///   holds the request that long unless the route has a per-try timeout. A connect that
-///   fails this way sent nothing, so the client stack may retry any request after it.
+///   fails this way sent nothing, so the client stack may retry any request after it. An
+///   egress route whose policy sets `timeouts.connect` connects within that instead.
 /// - `idle_timeout`: 4 s. An idle connection must be closed by the proxy *before* the
 ///   upstream closes it: otherwise a request sent as the upstream's close crosses it fails
 ///   after it left (in doubt, not retried unless idempotent). Node's HTTP server closes idle

@@ -42,6 +42,7 @@ use crate::ProxyError;
 use crate::answer::Caller;
 use crate::config::{EgressConfig, PolicySource, PoolConfig};
 use crate::forward::Forward;
+use crate::pool::PoolSettings;
 use crate::server::ProxyService;
 use crate::upstream::Upstream;
 
@@ -115,7 +116,7 @@ pub(crate) fn build(
     };
     // The stack hands each attempt a replayable body; the transport sends any body.
     let fixed = upstream.is_some();
-    let forward = Forward::new(upstream, pool, via.clone());
+    let forward = Forward::new(upstream, PoolSettings::of(&pool), via.clone());
     let either = match &faults {
         Some(faults) => Either::Right(Fault::new(forward, Arc::clone(faults))),
         None => Either::Left(forward),

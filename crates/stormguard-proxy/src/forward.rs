@@ -11,6 +11,18 @@
 //! takes a connection per request in flight, and the proxy's own [`UpstreamPool`] (one per
 //! upstream, no shared map on a fixed upstream) keeps that checkout cheap.
 //!
+//! # Connect timeouts
+//!
+//! A route's policy may bound its connects (`timeouts.connect`): the client stack hands the
+//! value down in each attempt's extensions ([`ConnectTimeout`]), and the forwarder gives it to
+//! the connect that request opens, if it opens one; a request without one connects within the
+//! pool's ([`PoolConfig::connect_timeout`](crate::PoolConfig::connect_timeout)). The value is not part of what a connection is kept
+//! under: routes with different connect timeouts to one upstream share its connections. The
+//! HTTP/1.1 pool takes it with the checkout ([`UpstreamPool::send`]). hyper-util's HTTP/2
+//! client calls its connector from inside the request's future, where the connector
+//! ([`H2Connector`]) reads it from a task-local scoped around that future; an HTTP/2 request
+//! that finds its connection already opening waits for that connect, on its opener's timeout.
+//!
 //! # What is rewritten
 //!
 //! Only what a proxy must: the URI (the upstream's authority, the caller's path and query;
@@ -24,9 +36,12 @@
 //! `Via` entry naming this proxy is appended (RFC 9110 §7.6.3), which is how a request that
 //! comes back to the proxy that sent it is recognised (see [`crate::via`]).
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body;
 use http::header::{
@@ -36,11 +51,12 @@ use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use stormguard_tower::client::ConnectTimeout;
 use stormguard_tower::wire::ConnectError;
+use tokio::net::TcpStream;
 use tower::Service;
 
-use crate::config::PoolConfig;
 use crate::pool::{PoolMap, PoolSettings, UpstreamPool};
 use crate::upstream::{Upstream, named_authority, without_userinfo};
 
@@ -57,7 +73,7 @@ pub(crate) struct Forward {
 
 struct Inner {
     http1: Http1,
-    http2: Client<HttpConnector, Body>,
+    http2: Client<H2Connector, Body>,
     /// This proxy's `Via` entry.
     via: HeaderValue,
 }
@@ -93,16 +109,22 @@ enum Prepared {
 }
 
 impl Forward {
-    /// A forwarder to `upstream` (or to each request's host), with pool settings `pool`
-    /// (validated by the caller).
-    pub(crate) fn new(upstream: Option<Upstream>, pool: PoolConfig, via: HeaderValue) -> Forward {
-        let settings = PoolSettings::of(&pool);
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(pool.connect_timeout()));
+    /// A forwarder to `upstream` (or to each request's host), with pool settings `settings`
+    /// (the HTTP/2 client takes their connect and idle timeouts).
+    pub(crate) fn new(
+        upstream: Option<Upstream>,
+        settings: PoolSettings,
+        via: HeaderValue,
+    ) -> Forward {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        let connector = H2Connector {
+            http,
+            timeout: settings.connect_timeout,
+        };
         let http2 = Client::builder(TokioExecutor::new())
             .http2_only(true)
-            .pool_idle_timeout(pool.idle_timeout())
+            .pool_idle_timeout(settings.idle_timeout)
             .build(connector);
         let http1 = match &upstream {
             Some(up) => Http1::Fixed(UpstreamPool::new(up.authority_ref().clone(), settings)),
@@ -177,14 +199,20 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
+        let connect_timeout = request.extensions().get::<ConnectTimeout>().map(|c| c.0);
         let prepared = self.prepare(request.map(Body::new));
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
             let mut response = match prepared? {
-                Prepared::Http1(pool, request) => pool.send(request).await?,
+                Prepared::Http1(pool, request) => pool.send(request, connect_timeout).await?,
                 Prepared::Http2(request) => {
                     let target = request.uri().authority().map(|a| a.to_string());
-                    match inner.http2.request(request).await {
+                    let sent = inner.http2.request(request);
+                    let sent = match connect_timeout {
+                        Some(timeout) => H2_CONNECT_TIMEOUT.scope(timeout, sent).await,
+                        None => sent.await,
+                    };
+                    match sent {
                         Ok(response) => response.map(Body::new),
                         // Never sent: as retryable as the HTTP/1.1 pool's failed connects.
                         Err(error) if error.is_connect() => {
@@ -197,6 +225,48 @@ where
             };
             strip_hop_by_hop(response.headers_mut());
             Ok(response)
+        })
+    }
+}
+
+tokio::task_local! {
+    /// The connect timeout of the HTTP/2 request being sent, when its route gives one.
+    static H2_CONNECT_TIMEOUT: Duration;
+}
+
+/// The HTTP/2 client's connector: hyper-util's, bounded by the connect timeout of the request
+/// that opens the connection (see the [module docs](self)), else by the pool's.
+#[derive(Clone)]
+struct H2Connector {
+    http: HttpConnector,
+    /// The pool's connect timeout.
+    timeout: Duration,
+}
+
+impl Service<Uri> for H2Connector {
+    type Response = TokioIo<TcpStream>;
+    type Error = ForwardError;
+    type Future = Pin<Box<dyn Future<Output = Result<TokioIo<TcpStream>, ForwardError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ForwardError>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        // Read now: hyper-util calls this from within the opening request's poll, and may
+        // finish the connect on a task of its own.
+        let after = H2_CONNECT_TIMEOUT
+            .try_with(|timeout| *timeout)
+            .unwrap_or(self.timeout);
+        let connect = self.http.call(uri);
+        Box::pin(async move {
+            match tokio::time::timeout(after, connect).await {
+                Ok(connected) => connected.map_err(Into::into),
+                Err(_) => Err(Box::new(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no connection within the connect timeout ({after:?})"),
+                )) as ForwardError),
+            }
         })
     }
 }
@@ -237,31 +307,4 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hop_by_hop_headers_are_dropped_and_te_trailers_kept() {
-        let mut h = HeaderMap::new();
-        h.insert(CONNECTION, "keep-alive, x-private".parse().expect("value"));
-        h.insert("x-private", "1".parse().expect("value"));
-        h.insert("keep-alive", "timeout=5".parse().expect("value"));
-        h.insert("x-kept", "1".parse().expect("value"));
-        h.insert(TE, "trailers".parse().expect("value"));
-        strip_hop_by_hop(&mut h);
-        assert_eq!(h.len(), 2, "{h:?}");
-        assert!(h.contains_key("x-kept") && h.contains_key(TE));
-        h.insert(TE, "gzip".parse().expect("value"));
-        strip_hop_by_hop(&mut h);
-        assert!(!h.contains_key(TE));
-        let mut plain = HeaderMap::new();
-        plain.insert("x-kept", "1".parse().expect("value"));
-        plain.insert(HOST, "up".parse().expect("value"));
-        let before = plain.clone();
-        strip_hop_by_hop(&mut plain);
-        assert_eq!(plain, before);
-        plain.insert("proxy-connection", "keep-alive".parse().expect("value"));
-        strip_hop_by_hop(&mut plain);
-        assert_eq!(plain, before, "a hop-by-hop header alone is found");
-    }
-}
+mod tests;

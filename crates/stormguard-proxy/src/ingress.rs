@@ -33,6 +33,7 @@ use crate::ProxyError;
 use crate::answer::Caller;
 use crate::config::{IngressConfig, PoolConfig};
 use crate::forward::Forward;
+use crate::pool::PoolSettings;
 use crate::server::ProxyService;
 use crate::upstream::Upstream;
 
@@ -50,8 +51,11 @@ pub(crate) fn build(
     config: IngressConfig,
     via: HeaderValue,
 ) -> Result<Ingress, ProxyError> {
-    let propagate =
-        PropagateDeadlineLayer::new().layer(Forward::new(Some(upstream), pool, via.clone()));
+    let propagate = PropagateDeadlineLayer::new().layer(Forward::new(
+        Some(upstream),
+        PoolSettings::of(&pool),
+        via.clone(),
+    ));
     let forward: Inner = BoxCloneService::new(service_fn(move |request: Request<Body>| {
         let propagate = propagate.clone();
         async move {

@@ -28,9 +28,12 @@
 //!
 //! # What it adds
 //!
-//! - A connect timeout ([`PoolSettings::connect_timeout`]): without one, a host that drops
-//!   the SYN holds the request for as long as the kernel retries (about 127 s on Linux). A
-//!   failed or timed-out connect is a [`ConnectError`]: nothing was sent, so the stack may
+//! - A connect timeout: without one, a host that drops the SYN holds the request for as long
+//!   as the kernel retries (about 127 s on Linux). It comes with each request (the route's
+//!   policy's `timeouts.connect`, see [`UpstreamPool::send`]), else it is the pool's own
+//!   ([`PoolSettings::connect_timeout`]); it is not part of what a connection is kept under,
+//!   so routes with different connect timeouts to one upstream share its idle connections.
+//!   A failed or timed-out connect is a [`ConnectError`]: nothing was sent, so the stack may
 //!   retry any request after it (a bare timed-out `io::Error` would be in doubt).
 //! - The pools of the hosts requests name ([`PoolMap`]) are dropped by their own sweep once
 //!   they have no idle connection and no request holds them: a caller that names many hosts
@@ -74,7 +77,8 @@ pub(crate) type Connector =
 /// How a pool connects, how many idle connections it keeps, and for how long.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PoolSettings {
-    /// A connect that has not completed after this long fails.
+    /// A connect that has not completed after this long fails, unless the request's route
+    /// gives its own.
     pub(crate) connect_timeout: Duration,
     /// An idle connection older than this is closed (checked when the pool is used, and by a
     /// sweep every `idle_timeout`, so one lingers at most twice as long).
@@ -202,10 +206,12 @@ impl UpstreamPool {
     }
 
     /// Sends `request` (its URI in origin form, its `Host` header set) on an idle connection,
-    /// or on a fresh one when none is idle or every idle one turns out closed.
+    /// or on a fresh one when none is idle or every idle one turns out closed. A fresh one is
+    /// dialled within `connect_timeout` (the route's), else the pool's own.
     pub(crate) async fn send(
         self: &Arc<Self>,
         mut request: Request<Body>,
+        connect_timeout: Option<Duration>,
     ) -> Result<Response<Body>, ForwardError> {
         // Started by the first request at the latest (one that fails to connect too, so that
         // the pool of a host that never answers leaves its map as well).
@@ -213,7 +219,7 @@ impl UpstreamPool {
         loop {
             let (mut sender, reused) = match self.checkout() {
                 Some(sender) => (sender, true),
-                None => (self.dial().await?, false),
+                None => (self.dial(connect_timeout).await?, false),
             };
             // A fresh connection takes its first request at once; a pooled one may still be
             // finishing the previous response, or may have closed meanwhile.
@@ -269,14 +275,18 @@ impl UpstreamPool {
         }
     }
 
-    /// Connects within the connect timeout and hands the connection to a task of its own.
-    async fn dial(&self) -> Result<SendRequest<Body>, ForwardError> {
+    /// Connects within `connect_timeout` (the pool's own when `None`) and hands the
+    /// connection to a task of its own.
+    async fn dial(
+        &self,
+        connect_timeout: Option<Duration>,
+    ) -> Result<SendRequest<Body>, ForwardError> {
+        let after = connect_timeout.unwrap_or(self.settings.connect_timeout);
         let connect = (self.settings.connect)(&self.authority);
-        let stream = match tokio::time::timeout(self.settings.connect_timeout, connect).await {
+        let stream = match tokio::time::timeout(after, connect).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(error)) => return Err(self.connect_error(error)),
             Err(_) => {
-                let after = self.settings.connect_timeout;
                 let error = io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!("no connection within the connect timeout ({after:?})"),

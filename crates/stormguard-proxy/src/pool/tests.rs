@@ -1,10 +1,15 @@
 //! The pool against a real hyper server on 127.0.0.1 that counts the connections it accepts
 //! and sees end. Time is paused: idle expiry is driven by advancing tokio's clock.
 //!
-//! The pools connect with [`connect_now`], which has connected (or been refused) before it
-//! returns: the connect timer around it then never sees the runtime idle while a real
-//! connect is in flight, which under paused time would jump the clock to its deadline. The
-//! connect timeout itself is tested with a connector that never answers.
+//! Under paused time a runtime with nothing to do but wait for the kernel jumps its clock to
+//! the next timer. Loopback usually delivers within the sending system call, so the runtime
+//! finds the data at once; but a loaded machine may defer the delivery (to `ksoftirqd`), and
+//! the jump then lands on the pool's sweep, which closes the idle connections a test goes on
+//! to count. So every wait on the server's side of the socket holds the clock still
+//! ([`on_held_clock`]), and time moves only where a test moves it. The pools connect with
+//! [`connect_now`], which has connected (or been refused) before it returns, so no connect
+//! is in flight under the connect timer either. The connect timeout itself is tested with a
+//! connector that never answers, where the jump to its deadline is the point.
 
 use std::future::Future;
 use std::io;
@@ -29,6 +34,36 @@ use tokio::time::Instant;
 use super::{PoolMap, PoolSettings, UpstreamPool};
 
 type Connecting = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>>;
+
+/// Runs `io`, which waits on the kernel, with the paused clock held still: tokio does not
+/// auto-advance while a blocking task runs (`tokio::time::pause`, "Preventing
+/// auto-advance"), and one runs until `io` is done.
+async fn on_held_clock<F: Future>(io: F) -> F::Output {
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let holder = tokio::task::spawn_blocking(move || {
+        let _ = held.recv();
+    });
+    let output = io.await;
+    drop(release);
+    holder.await.expect("the holder ends");
+    output
+}
+
+/// Sends `request` on `pool` (to the test server) and waits for the answer's head, with the
+/// clock held still.
+async fn send(pool: &Arc<UpstreamPool>, request: Request<Body>) -> Response<Body> {
+    on_held_clock(pool.send(request, None))
+        .await
+        .expect("response")
+}
+
+/// Reads the rest of a body, with the clock held still.
+async fn drain(response: Response<Body>) -> Bytes {
+    on_held_clock(response.into_body().collect())
+        .await
+        .expect("body")
+        .to_bytes()
+}
 
 /// Connects with a blocking connect (on loopback, done or refused at once), so the future it
 /// returns is ready.
@@ -58,15 +93,18 @@ impl Counts {
         self.accepted.load(Ordering::SeqCst)
     }
 
-    /// Waits until the server has seen `n` connections end.
+    /// Waits until the server has seen `n` connections end, with the clock held still.
     async fn wait_ended(&self, n: usize) {
-        loop {
-            let notified = self.ended_now.notified();
-            if self.ended.load(Ordering::SeqCst) >= n {
-                return;
+        on_held_clock(async {
+            loop {
+                let notified = self.ended_now.notified();
+                if self.ended.load(Ordering::SeqCst) >= n {
+                    return;
+                }
+                notified.await;
             }
-            notified.await;
-        }
+        })
+        .await;
     }
 }
 
@@ -125,15 +163,8 @@ fn get(path: &str) -> Request<Body> {
 
 /// Sends `path` and reads the whole answer.
 async fn fetch(pool: &Arc<UpstreamPool>, path: &str) -> (StatusCode, Bytes) {
-    let response = pool.send(get(path)).await.expect("response");
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    (status, body)
+    let response = send(pool, get(path)).await;
+    (response.status(), drain(response).await)
 }
 
 const SETTINGS: PoolSettings = PoolSettings {
@@ -164,13 +195,13 @@ async fn concurrent_requests_dial_and_the_pool_keeps_at_most_max_idle() {
     let pool = UpstreamPool::new(authority, settings);
     // Three responses held at once: three connections.
     let held = [
-        pool.send(get("/")).await.expect("first"),
-        pool.send(get("/")).await.expect("second"),
-        pool.send(get("/")).await.expect("third"),
+        send(&pool, get("/")).await,
+        send(&pool, get("/")).await,
+        send(&pool, get("/")).await,
     ];
     assert_eq!(counts.accepted(), 3);
     for response in held {
-        let _ = response.into_body().collect().await.expect("body");
+        drain(response).await;
     }
     assert_eq!(
         pool.idle_len(),
@@ -200,9 +231,11 @@ async fn a_connection_the_server_closes_is_replaced() {
 async fn a_body_dropped_before_its_end_closes_its_connection() {
     let (authority, counts) = server().await;
     let pool = UpstreamPool::new(authority, SETTINGS);
-    let response = pool.send(get("/big")).await.expect("response");
-    let mut body = response.into_body();
-    let first = body.frame().await.expect("a frame").expect("data");
+    let mut body = send(&pool, get("/big")).await.into_body();
+    let first = on_held_clock(body.frame())
+        .await
+        .expect("a frame")
+        .expect("data");
     assert!(first.is_data());
     drop(body);
     assert_eq!(pool.idle_len(), 0);
@@ -221,7 +254,7 @@ async fn an_empty_body_never_polled_returns_its_connection() {
         .header(http::header::HOST, "upstream")
         .body(Body::empty())
         .expect("request");
-    drop(pool.send(head).await.expect("response"));
+    drop(send(&pool, head).await);
     assert_eq!(pool.idle_len(), 1);
     fetch(&pool, "/").await;
     assert_eq!(counts.accepted(), 1);
@@ -253,7 +286,9 @@ async fn a_connection_broken_mid_request_is_in_doubt_and_replaced() {
     let (authority, counts) = server().await;
     let pool = UpstreamPool::new(authority, SETTINGS);
     fetch(&pool, "/").await;
-    let error = pool.send(get("/hangup")).await.expect_err("no answer");
+    let error = on_held_clock(pool.send(get("/hangup"), None))
+        .await
+        .expect_err("no answer");
     // Sent and unanswered: only an idempotent or keyed request may go again.
     assert_eq!(classify_transport_error(error.as_ref()), Outcome::InDoubt);
     assert_eq!(fetch(&pool, "/").await.0, StatusCode::OK);
@@ -273,7 +308,7 @@ async fn refused() -> Authority {
 #[tokio::test(start_paused = true)]
 async fn a_refused_connect_is_retryable() {
     let pool = UpstreamPool::new(refused().await, SETTINGS);
-    let error = pool.send(get("/")).await.expect_err("refused");
+    let error = pool.send(get("/"), None).await.expect_err("refused");
     // Nothing was sent: any request may go again.
     assert_eq!(classify_transport_error(error.as_ref()), Outcome::Retryable);
 }
@@ -286,7 +321,7 @@ async fn a_connect_that_never_answers_fails_at_the_connect_timeout_and_is_retrya
     };
     let pool = UpstreamPool::new("10.255.255.1:80".parse().expect("authority"), settings);
     let started = Instant::now();
-    let error = pool.send(get("/")).await.expect_err("no connection");
+    let error = pool.send(get("/"), None).await.expect_err("no connection");
     // Paused time: the clock moved to the connect timer's deadline, and no further.
     assert_eq!(started.elapsed(), SETTINGS.connect_timeout);
     let connect = error
@@ -299,16 +334,62 @@ async fn a_connect_that_never_answers_fails_at_the_connect_timeout_and_is_retrya
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_route_connect_timeout_bounds_the_connect_instead_of_the_pools() {
+    let settings = PoolSettings {
+        connect: never_answers,
+        ..SETTINGS
+    };
+    let pool = UpstreamPool::new("10.255.255.1:80".parse().expect("authority"), settings);
+    let route = Duration::from_millis(100);
+    let started = Instant::now();
+    let error = pool
+        .send(get("/"), Some(route))
+        .await
+        .expect_err("no connection");
+    assert_eq!(
+        started.elapsed(),
+        route,
+        "the route's timeout, not the pool's 3 s"
+    );
+    let connect = error
+        .downcast_ref::<ConnectError>()
+        .expect("a connect error");
+    assert_eq!(connect.io_error().kind(), io::ErrorKind::TimedOut);
+    assert_eq!(classify_transport_error(error.as_ref()), Outcome::Retryable);
+    // The next request, of a route without one, connects within the pool's own.
+    let started = Instant::now();
+    pool.send(get("/"), None).await.expect_err("no connection");
+    assert_eq!(started.elapsed(), SETTINGS.connect_timeout);
+}
+
+#[tokio::test(start_paused = true)]
+async fn routes_with_different_connect_timeouts_share_connections() {
+    let (authority, counts) = server().await;
+    let pool = UpstreamPool::new(authority, SETTINGS);
+    fetch(&pool, "/").await;
+    let response = on_held_clock(pool.send(get("/"), Some(Duration::from_millis(100))))
+        .await
+        .expect("response");
+    drain(response).await;
+    assert_eq!(
+        counts.accepted(),
+        1,
+        "the idle connection served the other route"
+    );
+    assert_eq!(pool.idle_len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_named_pool_leaves_its_map_once_idle_and_unheld() {
     let (authority, counts) = server().await;
     let map = PoolMap::new(SETTINGS);
     fetch(&map.get(&authority), "/").await;
     map.get(&refused().await)
-        .send(get("/"))
+        .send(get("/"), None)
         .await
         .expect_err("refused");
     let held = map.get(&refused().await);
-    held.send(get("/")).await.expect_err("refused");
+    held.send(get("/"), None).await.expect_err("refused");
     assert_eq!(map.len(), 3);
 
     // The sweeps (every idle_timeout) close the idle connection, then drop the two pools

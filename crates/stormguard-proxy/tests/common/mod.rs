@@ -1,5 +1,15 @@
 //! Real servers on 127.0.0.1 for the proxy's tests: a scriptable upstream, a client, and
 //! proxies started on port 0.
+//!
+//! These tests run on the real clock, not paused time: every step is a wait on the kernel
+//! (sockets, a file watch, a Python process), and under a paused clock each wait whose data
+//! the kernel delivers late would jump the clock to the next timer (a per-try timeout, the
+//! pool's sweep). No assertion reads a duration; a timeout in them is either what the test
+//! is about and fires however slow the machine (a hedge delay of 5 ms against a copy that
+//! never answers, a drain bound against a request that never ends), or a bound that only a
+//! machine stalled for seconds would reach (per-try 5 s, overall 20–30 s, [`eventually`]'s and
+//! `closed`'s 10 s). The service time of `/slow/MS` is real too: a loaded machine only makes
+//! the latency an ingress limit learns longer, which the tests that shed by it allow for.
 #![allow(dead_code, unreachable_pub)] // each test binary uses a part
 
 use std::net::SocketAddr;

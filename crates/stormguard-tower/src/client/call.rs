@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_service::Service;
 
+use super::ConnectTimeout;
 use super::classify::CallClassifier;
 use super::endpoint::Endpoint;
 use super::error::{BodyNotReplayable, Error};
@@ -146,6 +147,7 @@ where
         formats,
         reserve,
         min_call: policy.retry().min_call(),
+        connect_timeout: policy.connect_timeout().map(ConnectTimeout),
         grpc_limit: shared.options.grpc_response_limit,
         wall: &shared.options.wall,
     };
@@ -266,6 +268,8 @@ struct Sender<'a, ReqB> {
     formats: Option<DeadlineHeaders>,
     reserve: stormguard::deadline::Reserve,
     min_call: Duration,
+    /// The policy's connect timeout, handed to the transport with each attempt.
+    connect_timeout: Option<ConnectTimeout>,
     grpc_limit: usize,
     wall: &'a stormguard::deadline::WallClock,
 }
@@ -361,6 +365,9 @@ where
                 request
             }
         };
+        if let Some(connect) = self.connect_timeout {
+            request.extensions_mut().insert(connect);
+        }
         let headers = request.headers_mut();
         // The attempt's own limit, else (only when it is to be written on the wire) what is
         // left of the task's deadline, which needs no scope of its own.

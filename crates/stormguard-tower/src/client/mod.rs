@@ -22,7 +22,11 @@
 //! 5. **the attempt's deadline** = min(per-try timeout, time left) − the hop reserve, written
 //!    on the wire in the policy's headers (a call with less than the minimum useful time left
 //!    is not sent), and made the current deadline of the inner service's task;
-//! 6. **the transport** (a hyper client, a tonic channel, any `http` service).
+//! 6. **the transport** (a hyper client, a tonic channel, any `http` service). The stack opens
+//!    no connection itself: the policy's connect timeout travels to the transport in each
+//!    attempt's request extensions ([`ConnectTimeout`]), for a transport that dials per
+//!    request to honour (the `stormguard proxy` sidecar does); a hyper, tonic or reqwest
+//!    client's connector is configured by its owner and bounds its connects by its own setting.
 //!
 //! Refusals — breaker open, throttled, budget empty, deadline too close — are typed
 //! ([`Error::Refused`], [`StopReason`]), stop the retry loop,
@@ -105,6 +109,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::{Request, Response};
 use http_body::Body;
@@ -123,6 +128,26 @@ use crate::wire::{self, BoxError};
 
 use endpoint::Builder;
 use live::Source;
+
+/// The endpoint policy's connect timeout (`timeouts.connect`), put by the stack into the
+/// extensions of every attempt's request whose policy sets one: how the transport below the
+/// stack learns it, from the same policy snapshot as the rest of the call (a policy swapped
+/// mid-call applies from the next call on). The stack opens no connection, so it enforces
+/// nothing itself: a transport that opens connections per request reads it and bounds its
+/// connect by it (the `stormguard proxy` sidecar does); one that finds none uses its own
+/// default.
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard_tower::client::ConnectTimeout;
+///
+/// let request = http::Request::get("http://users/7").body(())?;
+/// let bound = request.extensions().get::<ConnectTimeout>().map(|c| c.0);
+/// assert_eq!(bound.unwrap_or(Duration::from_secs(5)), Duration::from_secs(5));
+/// # Ok::<(), http::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectTimeout(pub Duration);
 
 /// The default replay limit of request bodies: 64 KiB.
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;

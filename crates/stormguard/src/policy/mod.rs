@@ -237,7 +237,14 @@ impl EndpointPolicy {
         self
     }
 
-    /// Bounds establishing a connection.
+    /// Bounds establishing a connection (`timeouts.connect` in a file). Enforced by whoever
+    /// opens the connections, not by this crate: `stormguard proxy` bounds each upstream
+    /// connect of the endpoint's route by it (its pool's own connect timeout when the policy
+    /// sets none), and the client stack of `stormguard-tower`, which opens no connection,
+    /// hands it to its transport in each attempt's request extensions
+    /// (`stormguard_tower::client::ConnectTimeout`). With the library, your connector enforces
+    /// it (hyper-util's `HttpConnector::set_connect_timeout`, reqwest's `connect_timeout`,
+    /// tonic's `Endpoint::connect_timeout`): set it there to the same value.
     pub const fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
         self
@@ -363,7 +370,8 @@ impl EndpointPolicy {
         self.hedge.as_ref()
     }
 
-    /// The connect timeout.
+    /// The connect timeout; who enforces it is told at
+    /// [`with_connect_timeout`](Self::with_connect_timeout).
     pub const fn connect_timeout(&self) -> Option<Duration> {
         self.connect_timeout
     }
