@@ -57,7 +57,7 @@ pub(crate) struct Common {
     drain: Duration,
     /// A connect to the upstream that takes longer fails (and may be retried: nothing was
     /// sent). Default 5s; at most 60s. An egress route whose policy sets `timeouts.connect`
-    /// uses that instead.
+    /// uses that instead (also at most 60s).
     #[arg(long, value_parser = parse::duration)]
     connect_timeout: Option<Duration>,
     /// Upstream connections idle this long are closed; keep it under the upstream's own

@@ -16,7 +16,8 @@
 //! A route's policy may bound its connects (`timeouts.connect`): the client stack hands the
 //! value down in each attempt's extensions ([`ConnectTimeout`]), and the forwarder gives it to
 //! the connect that request opens, if it opens one; a request without one connects within the
-//! pool's ([`PoolConfig::connect_timeout`](crate::PoolConfig::connect_timeout)). The value is not part of what a connection is kept
+//! pool's ([`PoolConfig::connect_timeout`](crate::PoolConfig::connect_timeout)); either is capped at
+//! [`PoolConfig::MAX_CONNECT_TIMEOUT`](crate::PoolConfig::MAX_CONNECT_TIMEOUT). The value is not part of what a connection is kept
 //! under: routes with different connect timeouts to one upstream share its connections. The
 //! HTTP/1.1 pool takes it with the checkout ([`UpstreamPool::send`]). hyper-util's HTTP/2
 //! client calls its connector from inside the request's future, where the connector
@@ -199,7 +200,11 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let connect_timeout = request.extensions().get::<ConnectTimeout>().map(|c| c.0);
+        // Capped as the pool's own is: a policy may allow an hour for any duration.
+        let connect_timeout = request
+            .extensions()
+            .get::<ConnectTimeout>()
+            .map(|c| c.0.min(crate::PoolConfig::MAX_CONNECT_TIMEOUT));
         let prepared = self.prepare(request.map(Body::new));
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
@@ -258,7 +263,12 @@ impl Service<Uri> for H2Connector {
         let after = H2_CONNECT_TIMEOUT
             .try_with(|timeout| *timeout)
             .unwrap_or(self.timeout);
-        let connect = self.http.call(uri);
+        // The connector's own timeout too: it splits it between a host's addresses, so a
+        // first address that drops SYNs leaves time for the next; the outer one bounds the
+        // name look-up as well. (`HttpConnector` is always ready: the clone needs no poll.)
+        let mut http = self.http.clone();
+        http.set_connect_timeout(Some(after));
+        let connect = http.call(uri);
         Box::pin(async move {
             match tokio::time::timeout(after, connect).await {
                 Ok(connected) => connected.map_err(Into::into),

@@ -13,8 +13,9 @@
 //! difference is the client, the connection and the scheduling of both), with the
 //! issue's goal checked: goodput at least 90 % of capacity and admitted p99 at most twice the
 //! unloaded p99. Below each row, what the server's slowest 1 % of answers were made of (in
-//! front of the handler: the limit's queue; in the CPU pool's queue behind the job ahead; the
-//! work; from the work's end to the response: the task's wake-up), and the same parts' p50,
+//! front of the handler: the limit's queue and the layers; in the CPU pool's queue behind the
+//! job ahead, with the hand-off to the pool thread; the work; from the work's end to the
+//! response: the handler task's wake-up and the way out through the layers), and the same parts' p50,
 //! p90 and p99 over all answers: a tail made of waits behind the worker is the limit's, one
 //! made of wake-ups is the machine's.
 //!

@@ -61,9 +61,9 @@
 //! The round trips that show the queue are the last window's, and a window run below the
 //! current limit shows none: Vegas's probe of its no-load round trip runs two windows at
 //! half the limit (a limit of 1 for one worker), and a limit cut for a window grows back
-//! the next. The limit back where a queue was seen keeps it, so slots are held as before
-//! (one no-load round trip's worth of queueing) until a window at that limit or above shows
-//! no queue; were they handed out at once, every request of that window would wait a whole
+//! the next. The limit back where a queue was seen keeps it, so slots are held (for three
+//! quarters of a no-load round trip, the most the rule holds them) until a window at that
+//! limit or above shows no queue; were they handed out at once, every request of that window would wait a whole
 //! service time (`tests/limit_one_worker.rs`: the admitted p99 4.4 ms instead of 3.8).
 //!
 //! Three things give a held slot out, whichever comes first: the layer's timer at the end
@@ -148,27 +148,32 @@ struct Held {
 /// [the module docs](self#late-binding-a-freed-slot-is-held-then-given-to-the-newest-waiter));
 /// `None`: hand it out at once. The slot being freed is still counted in flight.
 ///
-/// `queue_seen_at` is the lowest limit at which the round trips last showed a queue behind
-/// it (0: none). A window run at a lower limit than the current one (a probe of the no-load
-/// RTT, a window cut below the limit and grown back) shows no queue, but says nothing of the
-/// one the current limit keeps: while the limit is back at or above `queue_seen_at` the
-/// slot is held as before, for one no-load round trip's worth of queueing. A window at a
-/// limit at least as high that shows none clears it.
+/// `queue_seen_at` is the lowest limit at which the round trips showed a queue behind it
+/// (0: none), kept until a window at that limit or above shows none. A window run at a lower
+/// limit than the current one (a probe of the no-load RTT, a window cut below the limit and
+/// grown back) shows no queue, but says nothing of the one the current limit keeps: while the
+/// limit is back at or above `queue_seen_at`, slots are held for the most the rule ever holds
+/// them, three quarters of a no-load round trip (the queueing of one worker behind a limit of
+/// 2; a larger server's was less, and a stale mark costs one window of one held slot).
 fn hold_for(limiter: &Limiter, queue_seen_at: &AtomicU32) -> Option<(Duration, Duration)> {
     if limiter.in_flight() < 2 {
         return None;
     }
-    let (expected, no_load) = (limiter.expected_rtt()?, limiter.no_load_rtt()?);
-    let window_limit = limiter.window_limit()?;
+    let no_load = limiter.no_load_rtt()?;
+    // One read: the limit and the round trips of the same window.
+    let (window_limit, expected) = limiter.last_window()?;
     let measured = expected
         .checked_sub(no_load)
         .filter(|behind| !behind.is_zero() && *behind >= no_load / 4);
     let seen = queue_seen_at.load(Ordering::Relaxed);
     let behind = match measured {
         Some(behind) => {
-            if seen == 0 || window_limit < seen {
-                queue_seen_at.store(window_limit, Ordering::Relaxed);
-            }
+            // The lowest limit seen with a queue, kept by whichever releaser stores last.
+            queue_seen_at
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |seen| {
+                    (seen == 0 || window_limit < seen).then_some(window_limit)
+                })
+                .ok();
             behind
         }
         // The last window ran below the limit at which a queue was seen, and the limit is
@@ -176,7 +181,9 @@ fn hold_for(limiter: &Limiter, queue_seen_at: &AtomicU32) -> Option<(Duration, D
         None if seen != 0 && window_limit < seen && seen <= limiter.limit() => no_load,
         None => {
             if seen != 0 && window_limit >= seen {
-                queue_seen_at.store(0, Ordering::Relaxed);
+                // Only the mark this window disproves: a lower one stored meanwhile stays.
+                let _ =
+                    queue_seen_at.compare_exchange(seen, 0, Ordering::Relaxed, Ordering::Relaxed);
             }
             return None;
         }
@@ -205,8 +212,8 @@ pub(super) struct WaitQueue {
     /// Whether a slot is held, as of the last change: a release with nothing held and no
     /// queue behind the limit takes no lock either.
     held_hint: AtomicBool,
-    /// The lowest limit at which the round trips last showed a queue behind it; 0: none
-    /// (see [`hold_for`]).
+    /// The lowest limit at which the round trips showed a queue behind it, until a window at
+    /// that limit or above shows none; 0: none (see [`hold_for`]).
     queue_seen_at: AtomicU32,
 }
 

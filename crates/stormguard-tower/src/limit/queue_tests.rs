@@ -417,32 +417,34 @@ fn would_hold(limiter: &Limiter, clock: &Clock, seen: &AtomicU32) -> Option<(Dur
 
 /// A probe of the no-load round trip runs two windows at a limit of 1, where nothing
 /// waits: the window that restores the limit of 2 shows no queue, yet the limit keeps one
-/// as before the probe, and the slots are held as before. A window at the limit of 2 that
-/// shows none ends it.
+/// as before the probe, and the slots are held (for three quarters of a no-load round trip,
+/// the most the rule holds them). A window at the limit of 2 that shows none ends it.
 #[test]
 fn a_limit_back_from_a_probe_keeps_holding_until_a_window_at_it_shows_no_queue() {
     let (manual, clock, limiter) = vegas_probing();
     let seen = AtomicU32::new(0);
-    windows(&manual, &clock, &limiter, &[2, 4]);
-    assert_eq!((limiter.limit(), limiter.window_limit()), (2, Some(2)));
-    let held = Some((Duration::from_micros(1_500), Duration::from_micros(500)));
-    assert_eq!(would_hold(&limiter, &clock, &seen), held);
+    windows(&manual, &clock, &limiter, &[2, 3]);
+    assert_eq!(limiter.last_window(), Some((2, MS(3))));
+    let us = Duration::from_micros;
+    assert_eq!(
+        would_hold(&limiter, &clock, &seen),
+        Some((us(750), us(250))),
+        "a millisecond of queueing"
+    );
+    assert_eq!(seen.load(Ordering::Relaxed), 2);
     // The probe: a window at 2 starts it, two at 1 measure, the limit is back at 2.
-    windows(&manual, &clock, &limiter, &[4, 4, 2]);
+    windows(&manual, &clock, &limiter, &[3, 3, 2]);
     assert_eq!(
-        (
-            limiter.limit(),
-            limiter.window_limit(),
-            limiter.expected_rtt()
-        ),
-        (2, Some(1), Some(MS(2)))
+        (limiter.limit(), limiter.last_window()),
+        (2, Some((1, MS(2))))
     );
-    assert_eq!(would_hold(&limiter, &clock, &seen), held, "still held");
+    assert_eq!(
+        would_hold(&limiter, &clock, &seen),
+        Some((us(1_500), us(500))),
+        "still held"
+    );
     windows(&manual, &clock, &limiter, &[2]);
-    assert_eq!(
-        (limiter.window_limit(), limiter.expected_rtt()),
-        (Some(2), Some(MS(2)))
-    );
+    assert_eq!(limiter.last_window(), Some((2, MS(2))));
     assert_eq!(would_hold(&limiter, &clock, &seen), None);
     assert_eq!(seen.load(Ordering::Relaxed), 0, "forgotten");
 }

@@ -252,10 +252,9 @@ pub struct Limiter {
     drops: AtomicU32,
     /// When the current window may close.
     window_end: AtomicCell<Instant>,
-    /// The last closed window's mean RTT, in nanoseconds; 0 before the first.
-    expected_ns: AtomicU64,
-    /// The limit in force during the last closed window; 0 before the first.
-    window_limit: AtomicU32,
+    /// The last closed window, packed so that one load reads both halves of the same window
+    /// ([`pack_window`]): its mean RTT and the limit in force during it; 0 before the first.
+    last_window: AtomicU64,
     /// The algorithm's no-load RTT after the last closed window, in nanoseconds; 0: none.
     no_load_ns: AtomicU64,
     /// The algorithm and what the last closed window saw: the closer's, one at a time.
@@ -279,8 +278,7 @@ impl Limiter {
             min_rtt_ns: AtomicU64::new(u64::MAX),
             drops: AtomicU32::new(0),
             window_end: AtomicCell::new(later(start, config.window)),
-            expected_ns: AtomicU64::new(0),
-            window_limit: AtomicU32::new(0),
+            last_window: AtomicU64::new(0),
             no_load_ns: AtomicU64::new(0),
             update: Mutex::new(Update {
                 algorithm: config.algorithm,
@@ -319,10 +317,7 @@ impl Limiter {
     /// The mean RTT of the last closed window: what an admitted request can expect to take.
     /// `None` before the first window closed.
     pub fn expected_rtt(&self) -> Option<Duration> {
-        match self.expected_ns.load(Ordering::Relaxed) {
-            0 => None,
-            ns => Some(Duration::from_nanos(ns)),
-        }
+        self.last_window().map(|(_, rtt)| rtt)
     }
 
     /// The limit in force during the last closed window, the one whose round trips
@@ -330,9 +325,20 @@ impl Limiter {
     /// current limit, those round trips say nothing of the queue the current limit keeps (a
     /// limit that just rose after a probe of the no-load RTT, say).
     pub fn window_limit(&self) -> Option<u32> {
-        match self.window_limit.load(Ordering::Relaxed) {
+        self.last_window().map(|(limit, _)| limit)
+    }
+
+    /// The last closed window's limit and mean RTT, read together (two separate reads may
+    /// straddle a window's close and pair one window's limit with the next one's RTT);
+    /// `None` before the first window closed. The RTT saturates at 2^40 ns (18 minutes),
+    /// the limit at 2^24 − 1.
+    pub fn last_window(&self) -> Option<(u32, Duration)> {
+        match self.last_window.load(Ordering::Relaxed) {
             0 => None,
-            limit => Some(limit),
+            packed => {
+                let limit = u32::try_from(packed & WINDOW_LIMIT_MASK).unwrap_or(u32::MAX);
+                Some((limit, Duration::from_nanos(packed >> WINDOW_LIMIT_BITS)))
+            }
         }
     }
 
@@ -536,13 +542,25 @@ impl Limiter {
         };
         let limit = update.algorithm.update(&sample);
         let during = self.limit.swap(limit, Ordering::Relaxed);
-        self.window_limit.store(during.max(1), Ordering::Relaxed);
-        self.expected_ns.store(mean_ns, Ordering::Relaxed);
+        self.last_window
+            .store(pack_window(during, mean_ns), Ordering::Relaxed);
         let no_load = update.algorithm.no_load_rtt().map_or(0, |d| {
             u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
         });
         self.no_load_ns.store(no_load, Ordering::Relaxed);
     }
+}
+
+/// Bits of [`Limiter::last_window`]'s packed value that hold the window's limit.
+const WINDOW_LIMIT_BITS: u32 = 24;
+const WINDOW_LIMIT_MASK: u64 = (1 << WINDOW_LIMIT_BITS) - 1;
+
+/// A closed window's limit (low 24 bits, saturated, at least 1) and mean RTT in nanoseconds
+/// (high 40 bits, saturated, at least 1): never 0, which stands for no window yet.
+fn pack_window(limit: u32, mean_ns: u64) -> u64 {
+    let limit = u64::from(limit).clamp(1, WINDOW_LIMIT_MASK);
+    let rtt = mean_ns.clamp(1, (1 << (64 - WINDOW_LIMIT_BITS)) - 1);
+    (rtt << WINDOW_LIMIT_BITS) | limit
 }
 
 /// Whether `part` holds less than its share of `limit` (no partition: no share).

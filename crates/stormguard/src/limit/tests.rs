@@ -570,3 +570,38 @@ fn a_slot_is_given_back_instead_when_the_limit_fell_below_the_requests_in_flight
     }
     assert_eq!(l.in_flight(), 0);
 }
+
+/// A closed window's limit and mean RTT travel in one word: both halves read back, and
+/// values past their bits saturate instead of spilling into the other half.
+#[test]
+fn a_window_is_packed_into_one_word_and_saturates() {
+    let unpack = |packed: u64| {
+        (
+            u32::try_from(packed & WINDOW_LIMIT_MASK).expect("24 bits"),
+            packed >> WINDOW_LIMIT_BITS,
+        )
+    };
+    assert_eq!(unpack(pack_window(2, 4_000_000)), (2, 4_000_000));
+    assert_eq!(unpack(pack_window(0, 0)), (1, 1), "never the empty word");
+    assert_eq!(
+        unpack(pack_window(u32::MAX, u64::MAX)),
+        ((1 << 24) - 1, (1 << 40) - 1)
+    );
+}
+
+/// The limit a window ran at and its mean RTT are given together, as of its close.
+#[test]
+fn the_last_window_gives_the_limit_it_ran_at_with_its_round_trips() {
+    let (manual, limiter) = limiter(
+        LimiterConfig::new(Aimd::new().with_limits(3, 3, 3))
+            .with_window(Duration::from_millis(1), 1),
+    );
+    let clock = manual.clock();
+    assert_eq!(limiter.last_window(), None);
+    let ticket = limiter.try_acquire(0, clock.now()).expect("room");
+    manual.advance(Duration::from_millis(5));
+    limiter.release(ticket, clock.now(), crate::classify::Outcome::Success);
+    assert_eq!(limiter.last_window(), Some((3, Duration::from_millis(5))));
+    assert_eq!(limiter.window_limit(), Some(3));
+    assert_eq!(limiter.expected_rtt(), Some(Duration::from_millis(5)));
+}
