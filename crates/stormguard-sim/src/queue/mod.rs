@@ -76,7 +76,8 @@ const WORDS: usize = (BUCKETS / 64) as usize;
 pub struct EventQueue {
     /// The wheel: bucket `b % BUCKETS` holds the events whose bucket number (time >>
     /// `BUCKET_BITS`) is `b`, for `b` in `(cursor, cursor + BUCKETS)`.
-    buckets: Vec<Vec<(Nanos, u64)>>,
+    /// A fixed-size array, so that filing an event needs no bounds check.
+    buckets: Box<[Vec<(Nanos, u64)>; BUCKETS as usize]>,
     /// Bit `b % 64` of word `b / 64` set when bucket `b` is not empty.
     occupied: [u64; WORDS],
     /// Bit `w` set when word `w` of `occupied` is not zero.
@@ -100,7 +101,7 @@ pub struct EventQueue {
 impl Default for EventQueue {
     fn default() -> Self {
         EventQueue {
-            buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
+            buckets: Box::new(std::array::from_fn(|_| Vec::new())),
             occupied: [0; WORDS],
             summary: 0,
             cursor: 0,
@@ -268,7 +269,7 @@ impl EventQueue {
 
     /// Drops every pending event and goes back to time zero, keeping the allocations.
     pub fn clear(&mut self) {
-        for b in &mut self.buckets {
+        for b in self.buckets.iter_mut() {
             b.clear();
         }
         self.occupied = [0; WORDS];
