@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl World<'_> {
+impl<'p> World<'p> {
     /// Drops answered attempts from the front of edge `e`'s timers and schedules its event
     /// for the first one still waiting, unless one is scheduled.
     #[inline(always)]
@@ -54,10 +54,11 @@ impl World<'_> {
         if deadline <= now {
             return self.finish(now, slot, Answer::Unavailable);
         }
-        if slot as usize >= self.calls.len() {
-            self.grow_calls(slot);
-        }
-        let c = self.calls.get_mut(slot as usize)?;
+        // One bounds check: a slot past the end (the slab of requests grew) is made then.
+        let c = match self.calls.get_mut(slot as usize) {
+            Some(c) => c,
+            None => self.grow_calls(slot)?,
+        };
         c.edge = index as u32;
         c.deadline = deadline;
         c.first = Some(RequestGuard::new(&*edge.budget));
@@ -67,8 +68,9 @@ impl World<'_> {
     /// Makes room in [`World::calls`] for the call of request `slot` (the slab of requests
     /// grew).
     #[cold]
-    fn grow_calls(&mut self, slot: u32) {
+    fn grow_calls(&mut self, slot: u32) -> Option<&mut CallState<'p>> {
         self.calls.resize_with(slot as usize + 1, CallState::idle);
+        self.calls.get_mut(slot as usize)
     }
 
     /// Sends the next attempt of `call`.
