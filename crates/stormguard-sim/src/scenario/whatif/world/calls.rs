@@ -156,11 +156,13 @@ impl<'p> World<'p> {
         let edge = c.edge;
         let decision = match &c.first {
             // The first attempt succeeded (nearly every call): what the run would record
-            // (it stops), without building one. The guard, dropped when the call ends,
-            // tells the budget that the request ended.
+            // (it stops), without building one; the call ends here, where it was looked up
+            // (what `end_call` does for a success). The guard, dropped as it ends, tells the
+            // budget that the request ended.
             Some(first) if ended.outcome.is_success() => {
                 first.first_attempt_succeeded();
-                Decision::Stop(StopReason::Succeeded)
+                c.end();
+                return self.next_call(now, call);
             }
             _ => self.decide_with_run(now, call, ended)?,
         };
