@@ -54,6 +54,7 @@ impl<'p> World<'p> {
         if deadline <= now {
             return self.finish(now, slot, Answer::Unavailable);
         }
+        let token = self.token();
         // One bounds check: a slot past the end (the slab of requests grew) is made then.
         let c = match self.calls.get_mut(slot as usize) {
             Some(c) => c,
@@ -62,7 +63,13 @@ impl<'p> World<'p> {
         c.edge = index as u32;
         c.deadline = deadline;
         c.first = Some(RequestGuard::new(&*edge.budget));
-        self.send(now, slot)
+        // The first attempt is sent with the call and edge at hand (`send` looks them up).
+        match attempt(c, edge, now, token) {
+            Some((deadline, per_try)) => {
+                self.dispatch(now, slot, token, edge, index as u32, deadline, per_try)
+            }
+            None => self.fail_call(now, slot, index as u32),
+        }
     }
 
     /// Makes room in [`World::calls`] for the call of request `slot` (the slab of requests
@@ -79,22 +86,30 @@ impl<'p> World<'p> {
         let model = self.model;
         let token = self.token();
         let c = self.calls.get_mut(call as usize)?;
-        let edge = model.edges.get(c.edge as usize)?;
-        if let Some(breaker) = &edge.breaker {
-            match breaker.try_acquire_owned() {
-                Ok(permit) => c.permit = Some(permit),
-                // A refused retry's withdrawal is given back when the run is dropped.
-                Err(_) => {
-                    let edge = c.edge;
-                    return self.fail_call(now, call, edge);
-                }
-            }
-        }
         let edge_index = c.edge;
-        let per_try = edge.per_try.map(|t| now.saturating_add(t));
-        let deadline = per_try.map_or(c.deadline, |t| t.min(c.deadline));
-        c.token = token;
-        c.sent = now;
+        let edge = model.edges.get(edge_index as usize)?;
+        match attempt(c, edge, now, token) {
+            Some((deadline, per_try)) => {
+                self.dispatch(now, call, token, edge, edge_index, deadline, per_try)
+            }
+            None => self.fail_call(now, call, edge_index),
+        }
+    }
+
+    /// Sends attempt `token` of `call` on `edge` (number `edge_index`), made ready by
+    /// [`attempt`] (its deadline, and its per-try deadline if any), and times it.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn dispatch(
+        &mut self,
+        now: Nanos,
+        call: u32,
+        token: u32,
+        edge: &Edge,
+        edge_index: u32,
+        deadline: Nanos,
+        per_try: Option<Nanos>,
+    ) -> Next {
         let known = self.arrive(now, edge.callee, edge.callee_service, call, token, deadline);
         if deadline != NEVER && known > deadline {
             if per_try == Some(deadline) {
@@ -252,4 +267,25 @@ impl<'p> World<'p> {
         };
         self.finish(now, call, answer)
     }
+}
+
+/// Makes call `c` on `edge` ready to send attempt `token` at `now`: takes the breaker's
+/// permit, if any, and returns the attempt's deadline and its per-try deadline (if any);
+/// `None` when the breaker refuses (the call fails; a refused retry's withdrawal is given
+/// back when the run is dropped).
+#[inline(always)]
+fn attempt(
+    c: &mut CallState<'_>,
+    edge: &Edge,
+    now: Nanos,
+    token: u32,
+) -> Option<(Nanos, Option<Nanos>)> {
+    if let Some(breaker) = &edge.breaker {
+        c.permit = Some(breaker.try_acquire_owned().ok()?);
+    }
+    let per_try = edge.per_try.map(|t| now.saturating_add(t));
+    let deadline = per_try.map_or(c.deadline, |t| t.min(c.deadline));
+    c.token = token;
+    c.sent = now;
+    Some((deadline, per_try))
 }

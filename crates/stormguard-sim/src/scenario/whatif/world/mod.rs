@@ -87,7 +87,7 @@ use stormguard::classify::Outcome;
 use stormguard::retry::{AttemptOutcome, Decision, RetryRun, StopReason};
 
 use super::inject::Injection;
-use super::model::{Model, Node};
+use super::model::{Edge, Model, Node};
 use super::stats::ServiceStats;
 use crate::error::InvalidParam;
 use crate::queue::{EventQueue, pack};
