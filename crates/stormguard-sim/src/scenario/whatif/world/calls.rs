@@ -34,15 +34,20 @@ impl<'p> World<'p> {
     /// Request `slot` makes its next call, or finishes when it has made them all.
     #[inline(always)]
     pub(super) fn next_call(&mut self, now: Nanos, slot: u32) -> Next {
-        let model = self.model;
         let r = self.requests.get_mut(slot)?;
-        let index = r.next as usize;
-        if r.next >= r.end {
-            return self.finish(now, slot, Answer::Ok);
+        match next_of(r) {
+            Some((index, deadline)) => self.call(now, slot, index, deadline),
+            None => self.finish(now, slot, Answer::Ok),
         }
-        r.next += 1;
+    }
+
+    /// Request `slot` makes call `index` of the model, bringing its `deadline` (what
+    /// [`next_of`] read of the request).
+    #[inline(always)]
+    pub(super) fn call(&mut self, now: Nanos, slot: u32, index: usize, deadline: Nanos) -> Next {
+        let model = self.model;
         let edge = model.edges.get(index)?;
-        let mut deadline = r.deadline;
+        let mut deadline = deadline;
         if let Some(reserve) = edge.reserve.filter(|_| deadline != NEVER) {
             let left = deadline.saturating_sub(now);
             let kept = crate::time::nanos(reserve.kept_from(duration(left)));
@@ -288,4 +293,16 @@ fn attempt(
     c.token = token;
     c.sent = now;
     Some((deadline, per_try))
+}
+
+/// The call request `r` makes next (its index among the model's calls, now counted as made)
+/// and the deadline it brings; `None` when it has made them all.
+#[inline(always)]
+pub(super) fn next_of(r: &mut Request) -> Option<(usize, Nanos)> {
+    if r.next >= r.end {
+        return None;
+    }
+    let index = r.next as usize;
+    r.next += 1;
+    Some((index, r.deadline))
 }

@@ -383,7 +383,8 @@ impl<'p> World<'p> {
     /// A request's work ended.
     #[inline(always)]
     fn done(&mut self, now: Nanos, slot: u32) -> Next {
-        let r = self.requests.get(slot)?;
+        // Looked up once: a request that goes on makes its next call with it.
+        let r = self.requests.get_mut(slot)?;
         let service = r.service;
         let failure_rate = self
             .model
@@ -401,7 +402,10 @@ impl<'p> World<'p> {
         } else if failure_rate > 0.0 && crate::rng::unit(&mut self.rng) < failure_rate {
             self.finish(now, slot, Answer::Unavailable)
         } else {
-            self.next_call(now, slot)
+            match calls::next_of(r) {
+                Some((index, deadline)) => self.call(now, slot, index, deadline),
+                None => self.finish(now, slot, Answer::Ok),
+            }
         }
     }
 
