@@ -76,7 +76,8 @@ const WORDS: usize = (BUCKETS / 64) as usize;
 pub struct EventQueue {
     /// The wheel: bucket `b % BUCKETS` holds the events whose bucket number (time >>
     /// `BUCKET_BITS`) is `b`, for `b` in `(cursor, cursor + BUCKETS)`.
-    buckets: Vec<Vec<(Nanos, u64)>>,
+    /// A fixed-size array, so that filing an event needs no bounds check.
+    buckets: Box<[Vec<(Nanos, u64)>; BUCKETS as usize]>,
     /// Bit `b % 64` of word `b / 64` set when bucket `b` is not empty.
     occupied: [u64; WORDS],
     /// Bit `w` set when word `w` of `occupied` is not zero.
@@ -94,13 +95,12 @@ pub struct EventQueue {
     far_first: Nanos,
     /// Time of the last event popped.
     now: Nanos,
-    len: usize,
 }
 
 impl Default for EventQueue {
     fn default() -> Self {
         EventQueue {
-            buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
+            buckets: Box::new(std::array::from_fn(|_| Vec::new())),
             occupied: [0; WORDS],
             summary: 0,
             cursor: 0,
@@ -108,7 +108,6 @@ impl Default for EventQueue {
             far: RadixHeap::default(),
             far_first: Nanos::MAX,
             now: 0,
-            len: 0,
         }
     }
 }
@@ -130,7 +129,6 @@ impl EventQueue {
     /// Schedules the event `payload` at `at` (at or after the last event popped).
     #[inline(always)]
     pub fn push(&mut self, at: Nanos, payload: u64) {
-        self.len += 1;
         let at = at.max(self.now);
         let bucket = at >> BUCKET_BITS;
         if bucket <= self.cursor {
@@ -172,7 +170,6 @@ impl EventQueue {
         }
         let event = self.run.pop()?;
         self.now = event.0;
-        self.len -= 1;
         Some(event)
     }
 
@@ -256,19 +253,21 @@ impl EventQueue {
         }
     }
 
-    /// Events pending.
+    /// Events pending: counted over the wheel and the far side when asked, since the event
+    /// loops never ask (a count kept on every push and pop cost two instructions per
+    /// event).
     pub fn len(&self) -> usize {
-        self.len
+        self.run.len() + self.buckets.iter().map(Vec::len).sum::<usize>() + self.far.len()
     }
 
     /// Whether no event is pending.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// Drops every pending event and goes back to time zero, keeping the allocations.
     pub fn clear(&mut self) {
-        for b in &mut self.buckets {
+        for b in self.buckets.iter_mut() {
             b.clear();
         }
         self.occupied = [0; WORDS];
@@ -278,7 +277,6 @@ impl EventQueue {
         self.far.clear();
         self.far_first = Nanos::MAX;
         self.now = 0;
-        self.len = 0;
     }
 }
 

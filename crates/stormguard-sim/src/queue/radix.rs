@@ -151,6 +151,11 @@ impl RadixHeap {
         }
     }
 
+    /// Events pending (counted: nothing on the way in or out keeps a count).
+    pub(super) fn len(&self) -> usize {
+        self.run.len() + self.slots.iter().map(Vec::len).sum::<usize>()
+    }
+
     /// Drops every pending event and goes back to time zero, keeping the allocations.
     pub(super) fn clear(&mut self) {
         for b in &mut self.slots {

@@ -103,7 +103,7 @@ impl Work {
                 // Converted through `i64`: the same numbers as converting to unsigned
                 // directly (`x` is in [0, TABLE); `v` is at least 0 and below 2^63, see
                 // `MAX_POINT`), in fewer instructions.
-                let x = crate::rng::unit(rng) * TABLE as f64;
+                let x = crate::rng::unit_times(rng, TABLE as f64);
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 let i = (x as i64 as usize).min(TABLE - 1);
                 let (v0, step) = table[i];

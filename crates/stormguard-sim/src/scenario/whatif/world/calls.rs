@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl World<'_> {
+impl<'p> World<'p> {
     /// Drops answered attempts from the front of edge `e`'s timers and schedules its event
     /// for the first one still waiting, unless one is scheduled.
     #[inline(always)]
@@ -34,15 +34,20 @@ impl World<'_> {
     /// Request `slot` makes its next call, or finishes when it has made them all.
     #[inline(always)]
     pub(super) fn next_call(&mut self, now: Nanos, slot: u32) -> Next {
-        let model = self.model;
         let r = self.requests.get_mut(slot)?;
-        let index = r.next as usize;
-        if r.next >= r.end {
-            return self.finish(now, slot, Answer::Ok);
+        match next_of(r) {
+            Some((index, deadline)) => self.call(now, slot, index, deadline),
+            None => self.finish(now, slot, Answer::Ok),
         }
-        r.next += 1;
+    }
+
+    /// Request `slot` makes call `index` of the model, bringing its `deadline` (what
+    /// [`next_of`] read of the request).
+    #[inline(always)]
+    pub(super) fn call(&mut self, now: Nanos, slot: u32, index: usize, deadline: Nanos) -> Next {
+        let model = self.model;
         let edge = model.edges.get(index)?;
-        let mut deadline = r.deadline;
+        let mut deadline = deadline;
         if let Some(reserve) = edge.reserve.filter(|_| deadline != NEVER) {
             let left = deadline.saturating_sub(now);
             let kept = crate::time::nanos(reserve.kept_from(duration(left)));
@@ -54,21 +59,30 @@ impl World<'_> {
         if deadline <= now {
             return self.finish(now, slot, Answer::Unavailable);
         }
-        if slot as usize >= self.calls.len() {
-            self.grow_calls(slot);
-        }
-        let c = self.calls.get_mut(slot as usize)?;
+        let token = self.token();
+        // One bounds check: a slot past the end (the slab of requests grew) is made then.
+        let c = match self.calls.get_mut(slot as usize) {
+            Some(c) => c,
+            None => self.grow_calls(slot)?,
+        };
         c.edge = index as u32;
         c.deadline = deadline;
         c.first = Some(RequestGuard::new(&*edge.budget));
-        self.send(now, slot)
+        // The first attempt is sent with the call and edge at hand (`send` looks them up).
+        match attempt(c, edge, now, token) {
+            Some((deadline, per_try)) => {
+                self.dispatch(now, slot, token, edge, index as u32, deadline, per_try)
+            }
+            None => self.fail_call(now, slot, index as u32),
+        }
     }
 
     /// Makes room in [`World::calls`] for the call of request `slot` (the slab of requests
     /// grew).
     #[cold]
-    fn grow_calls(&mut self, slot: u32) {
+    fn grow_calls(&mut self, slot: u32) -> Option<&mut CallState<'p>> {
         self.calls.resize_with(slot as usize + 1, CallState::idle);
+        self.calls.get_mut(slot as usize)
     }
 
     /// Sends the next attempt of `call`.
@@ -77,22 +91,30 @@ impl World<'_> {
         let model = self.model;
         let token = self.token();
         let c = self.calls.get_mut(call as usize)?;
-        let edge = model.edges.get(c.edge as usize)?;
-        if let Some(breaker) = &edge.breaker {
-            match breaker.try_acquire_owned() {
-                Ok(permit) => c.permit = Some(permit),
-                // A refused retry's withdrawal is given back when the run is dropped.
-                Err(_) => {
-                    let edge = c.edge;
-                    return self.fail_call(now, call, edge);
-                }
-            }
-        }
         let edge_index = c.edge;
-        let per_try = edge.per_try.map(|t| now.saturating_add(t));
-        let deadline = per_try.map_or(c.deadline, |t| t.min(c.deadline));
-        c.token = token;
-        c.sent = now;
+        let edge = model.edges.get(edge_index as usize)?;
+        match attempt(c, edge, now, token) {
+            Some((deadline, per_try)) => {
+                self.dispatch(now, call, token, edge, edge_index, deadline, per_try)
+            }
+            None => self.fail_call(now, call, edge_index),
+        }
+    }
+
+    /// Sends attempt `token` of `call` on `edge` (number `edge_index`), made ready by
+    /// [`attempt`] (its deadline, and its per-try deadline if any), and times it.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn dispatch(
+        &mut self,
+        now: Nanos,
+        call: u32,
+        token: u32,
+        edge: &Edge,
+        edge_index: u32,
+        deadline: Nanos,
+        per_try: Option<Nanos>,
+    ) -> Next {
         let known = self.arrive(now, edge.callee, edge.callee_service, call, token, deadline);
         if deadline != NEVER && known > deadline {
             if per_try == Some(deadline) {
@@ -154,11 +176,13 @@ impl World<'_> {
         let edge = c.edge;
         let decision = match &c.first {
             // The first attempt succeeded (nearly every call): what the run would record
-            // (it stops), without building one. The guard, dropped when the call ends,
-            // tells the budget that the request ended.
+            // (it stops), without building one; the call ends here, where it was looked up
+            // (what `end_call` does for a success). The guard, dropped as it ends, tells the
+            // budget that the request ended.
             Some(first) if ended.outcome.is_success() => {
                 first.first_attempt_succeeded();
-                Decision::Stop(StopReason::Succeeded)
+                c.end();
+                return self.next_call(now, call);
             }
             _ => self.decide_with_run(now, call, ended)?,
         };
@@ -248,4 +272,37 @@ impl World<'_> {
         };
         self.finish(now, call, answer)
     }
+}
+
+/// Makes call `c` on `edge` ready to send attempt `token` at `now`: takes the breaker's
+/// permit, if any, and returns the attempt's deadline and its per-try deadline (if any);
+/// `None` when the breaker refuses (the call fails; a refused retry's withdrawal is given
+/// back when the run is dropped).
+#[inline(always)]
+fn attempt(
+    c: &mut CallState<'_>,
+    edge: &Edge,
+    now: Nanos,
+    token: u32,
+) -> Option<(Nanos, Option<Nanos>)> {
+    if let Some(breaker) = &edge.breaker {
+        c.permit = Some(breaker.try_acquire_owned().ok()?);
+    }
+    let per_try = edge.per_try.map(|t| now.saturating_add(t));
+    let deadline = per_try.map_or(c.deadline, |t| t.min(c.deadline));
+    c.token = token;
+    c.sent = now;
+    Some((deadline, per_try))
+}
+
+/// The call request `r` makes next (its index among the model's calls, now counted as made)
+/// and the deadline it brings; `None` when it has made them all.
+#[inline(always)]
+pub(super) fn next_of(r: &mut Request) -> Option<(usize, Nanos)> {
+    if r.next >= r.end {
+        return None;
+    }
+    let index = r.next as usize;
+    r.next += 1;
+    Some((index, r.deadline))
 }
