@@ -39,7 +39,7 @@ pub fn unit(rng: &mut SmallRng) -> f64 {
 /// `unit(rng) * k` for a `k` between 2^-960 and 2^960 in magnitude (or 0): the same number,
 /// in one multiplication instead of two.
 ///
-/// [`unit`] scales a 53-bit integer by 2^-53, which is exact (no bits are lost), so the one
+/// [`unit()`] scales a 53-bit integer by 2^-53, which is exact (no bits are lost), so the one
 /// rounding of `unit(rng) * k` is that of the exact product `x · 2^-53 · k`; and
 /// `2^-53 · k` is exact too in that range, so multiplying `x` by it rounds the same exact
 /// product once: the same number. (The compiler may not fold the two factors itself: for
