@@ -58,7 +58,7 @@ use stormguard_tower::wire::ConnectError;
 use tokio::net::TcpStream;
 use tower::Service;
 
-use crate::pool::{PoolMap, PoolSettings, UpstreamPool};
+use crate::pool::{PoolMap, PoolSettings, UpstreamPool, connect_timed_out};
 use crate::upstream::{Upstream, named_authority, without_userinfo};
 
 /// The transport's error: the connection's (hyper's and the socket's errors, in a cause
@@ -272,10 +272,7 @@ impl Service<Uri> for H2Connector {
         Box::pin(async move {
             match tokio::time::timeout(after, connect).await {
                 Ok(connected) => connected.map_err(Into::into),
-                Err(_) => Err(Box::new(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no connection within the connect timeout ({after:?})"),
-                )) as ForwardError),
+                Err(_) => Err(Box::new(connect_timed_out(after)) as ForwardError),
             }
         })
     }

@@ -71,8 +71,18 @@ use crate::forward::ForwardError;
 /// their own, which connects before it returns or never answers: under paused time, a timer
 /// around a real connect that is still in flight fires as soon as the runtime has nothing
 /// else to do.
-pub(crate) type Connector =
-    fn(&Authority) -> Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>>;
+pub(crate) type Connector = fn(&Authority) -> Connecting;
+
+/// A connect under way.
+pub(crate) type Connecting = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>>;
+
+/// The error of a connect given up after `after`.
+pub(crate) fn connect_timed_out(after: Duration) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("no connection within the connect timeout ({after:?})"),
+    )
+}
 
 /// How a pool connects, how many idle connections it keeps, and for how long.
 #[derive(Clone, Copy, Debug)]
@@ -103,9 +113,7 @@ impl PoolSettings {
 }
 
 /// Resolves the authority's host and connects to the first address that answers.
-pub(crate) fn tcp_connect(
-    authority: &Authority,
-) -> Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>> {
+pub(crate) fn tcp_connect(authority: &Authority) -> Connecting {
     let host = authority.host();
     // `[::1]` is an IPv6 literal; the brackets are URI syntax, not the address.
     let host = host
@@ -192,10 +200,14 @@ impl UpstreamPool {
     /// Starts the task that closes idle connections (and takes a named pool out of its map),
     /// once; outside a runtime there is nothing to sweep with, and the first request starts it.
     fn start_sweeping(self: &Arc<Self>) {
+        // Every request calls this: once sweeping, one load and nothing else.
+        if self.sweeping.load(Ordering::Relaxed) {
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        if !self.sweeping.load(Ordering::Relaxed) && !self.sweeping.swap(true, Ordering::Relaxed) {
+        if !self.sweeping.swap(true, Ordering::Relaxed) {
             runtime.spawn(sweep(Arc::downgrade(self)));
         }
     }
@@ -286,13 +298,7 @@ impl UpstreamPool {
         let stream = match tokio::time::timeout(after, connect).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(error)) => return Err(self.connect_error(error)),
-            Err(_) => {
-                let error = io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no connection within the connect timeout ({after:?})"),
-                );
-                return Err(self.connect_error(error));
-            }
+            Err(_) => return Err(self.connect_error(connect_timed_out(after))),
         };
         stream.set_nodelay(true)?;
         let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;

@@ -15,7 +15,7 @@ use tower::{Layer, ServiceExt};
 
 use super::*;
 use crate::config::PoolConfig;
-use crate::pool::Connector;
+use crate::pool::{Connecting, Connector};
 
 /// The pools' own connect timeout in these tests.
 const POOL_CONNECT: Duration = Duration::from_secs(3);
@@ -73,7 +73,7 @@ where
 static DIALS: AtomicUsize = AtomicUsize::new(0);
 
 /// A host that drops the SYN: the connect never completes.
-fn never_answers(_: &Authority) -> Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>> {
+fn never_answers(_: &Authority) -> Connecting {
     DIALS.fetch_add(1, Ordering::SeqCst);
     Box::pin(std::future::pending())
 }

@@ -13,7 +13,6 @@
 
 use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -31,9 +30,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{PoolMap, PoolSettings, UpstreamPool};
-
-type Connecting = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>>;
+use super::{Connecting, PoolMap, PoolSettings, UpstreamPool};
 
 /// Runs `io`, which waits on the kernel, with the paused clock held still: tokio does not
 /// auto-advance while a blocking task runs (`tokio::time::pause`, "Preventing
@@ -313,13 +310,18 @@ async fn a_refused_connect_is_retryable() {
     assert_eq!(classify_transport_error(error.as_ref()), Outcome::Retryable);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_connect_that_never_answers_fails_at_the_connect_timeout_and_is_retryable() {
+/// A pool whose host drops the SYN.
+fn pool_that_never_connects() -> Arc<UpstreamPool> {
     let settings = PoolSettings {
         connect: never_answers,
         ..SETTINGS
     };
-    let pool = UpstreamPool::new("10.255.255.1:80".parse().expect("authority"), settings);
+    UpstreamPool::new("10.255.255.1:80".parse().expect("authority"), settings)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connect_that_never_answers_fails_at_the_connect_timeout_and_is_retryable() {
+    let pool = pool_that_never_connects();
     let started = Instant::now();
     let error = pool.send(get("/"), None).await.expect_err("no connection");
     // Paused time: the clock moved to the connect timer's deadline, and no further.
@@ -335,11 +337,7 @@ async fn a_connect_that_never_answers_fails_at_the_connect_timeout_and_is_retrya
 
 #[tokio::test(start_paused = true)]
 async fn a_route_connect_timeout_bounds_the_connect_instead_of_the_pools() {
-    let settings = PoolSettings {
-        connect: never_answers,
-        ..SETTINGS
-    };
-    let pool = UpstreamPool::new("10.255.255.1:80".parse().expect("authority"), settings);
+    let pool = pool_that_never_connects();
     let route = Duration::from_millis(100);
     let started = Instant::now();
     let error = pool
