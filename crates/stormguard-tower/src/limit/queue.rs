@@ -63,8 +63,9 @@
 //! half the limit (a limit of 1 for one worker), and a limit cut for a window grows back
 //! the next. The limit back where a queue was seen keeps it, so slots are held (for three
 //! quarters of a no-load round trip, the most the rule holds them) until a window at that
-//! limit or above shows no queue; were they handed out at once, every request of that window would wait a whole
-//! service time (`tests/limit_one_worker.rs`: the admitted p99 4.4 ms instead of 3.8).
+//! limit or above shows no queue; were they handed out at once, every request of that window
+//! would wait a whole service time (`tests/limit_one_worker.rs`: the admitted p99 4.4 ms
+//! instead of 3.8).
 //!
 //! Three things give a held slot out, whichever comes first: the layer's timer at the end
 //! of the hold; a waiter joining after that end (tokio's timers count whole milliseconds,
@@ -271,7 +272,7 @@ impl WaitQueue {
         match state.held.take() {
             // The held slot is due: this waiter, the newest, gets it now.
             Some(held) if held.bind_at <= now => {
-                released = self.bind_newest_or_forget(&mut state, held.ticket, limiter, now);
+                released = bind_newest_or_forget(&mut state, held.ticket, limiter, now);
             }
             // A slot is held for the newest waiter: this one may be it.
             Some(held) => {
@@ -281,9 +282,7 @@ impl WaitQueue {
             }
             None => {}
         }
-        self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
-        self.held_hint
-            .store(state.held.is_some(), Ordering::Relaxed);
+        self.publish_hints(&state);
         drop(state);
         if released {
             self.look(limiter, now);
@@ -325,7 +324,7 @@ impl WaitQueue {
         if outcome.is_some()
             && let Some(held) = state.held.take()
         {
-            released |= self.bind_newest_or_forget(&mut state, held.ticket, limiter, now);
+            released |= bind_newest_or_forget(&mut state, held.ticket, limiter, now);
         }
         // Decided with the held slot (if any) dealt with: it keeps no worker busy.
         let hold = if state.held.is_none() {
@@ -353,9 +352,7 @@ impl WaitQueue {
             }
             None => Some(ticket),
         };
-        self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
-        self.held_hint
-            .store(state.held.is_some(), Ordering::Relaxed);
+        self.publish_hints(&state);
         drop(state);
         match ticket {
             Some(ticket) => self.hand_on(limiter, ticket, now, outcome),
@@ -385,50 +382,20 @@ impl WaitQueue {
         let Some(held) = state.held.take_if(|held| held.bind_at == due) else {
             return;
         };
-        let released = self.bind_newest_or_forget(&mut state, held.ticket, limiter, now);
-        self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
-        self.held_hint
-            .store(state.held.is_some(), Ordering::Relaxed);
+        let released = bind_newest_or_forget(&mut state, held.ticket, limiter, now);
+        self.publish_hints(&state);
         drop(state);
         if released {
             self.look(limiter, now);
         }
     }
 
-    /// Hands `ticket`, a held slot, to the newest waiter still waiting in `state`, or gives
-    /// it back to `limiter` when nobody waits; `true` when the slot went back (the caller
-    /// looks for waiters once the lock is dropped). In the waiter's partition the round trip
-    /// goes on from when the slot came free; moved to another partition, it is timed from
-    /// `now`.
-    fn bind_newest_or_forget(
-        &self,
-        state: &mut State,
-        ticket: Ticket,
-        limiter: &Limiter,
-        now: Instant,
-    ) -> bool {
-        let mut ticket = ticket;
-        while let Some(waiter) = state.waiters.pop_back() {
-            if waiter.slot.is_closed() {
-                continue;
-            }
-            let handed = if ticket.partition() == waiter.partition {
-                ticket
-            } else if let Some(handed) = limiter.pass_on(ticket, now, None, waiter.partition) {
-                handed
-            } else {
-                // The limit fell: the slot went back to the limiter, and the waiter waits on.
-                state.waiters.push_back(waiter);
-                return true;
-            };
-            match waiter.slot.send(handed) {
-                Ok(()) => return false,
-                // It stopped waiting just now: the next newest.
-                Err(back) => ticket = back,
-            }
-        }
-        limiter.forget(ticket);
-        true
+    /// Publishes the waiters' count and whether a slot is held, for the lock-free checks of
+    /// a release; called before the lock on `state` is dropped.
+    fn publish_hints(&self, state: &State) {
+        self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
+        self.held_hint
+            .store(state.held.is_some(), Ordering::Relaxed);
     }
 
     /// Gives `ticket` back to `limiter`, then looks for waiters once more: a request refused
@@ -494,9 +461,7 @@ impl WaitQueue {
                 slot = Some((ticket, None));
             }
         }
-        self.len_hint.store(state.waiters.len(), Ordering::SeqCst);
-        self.held_hint
-            .store(state.held.is_some(), Ordering::Relaxed);
+        self.publish_hints(&state);
         drop(state);
         if let Some((ticket, outcome)) = slot {
             // Every waiter had gone; one may have joined since the lock was dropped.
@@ -508,6 +473,41 @@ impl WaitQueue {
     pub(super) fn len(&self) -> usize {
         self.len_hint.load(Ordering::Relaxed)
     }
+}
+
+/// Hands `ticket`, a held slot, to the newest waiter still waiting in `state`, or gives
+/// it back to `limiter` when nobody waits; `true` when the slot went back (the caller
+/// looks for waiters once the lock is dropped). In the waiter's partition the round trip
+/// goes on from when the slot came free; moved to another partition, it is timed from
+/// `now`.
+fn bind_newest_or_forget(
+    state: &mut State,
+    ticket: Ticket,
+    limiter: &Limiter,
+    now: Instant,
+) -> bool {
+    let mut ticket = ticket;
+    while let Some(waiter) = state.waiters.pop_back() {
+        if waiter.slot.is_closed() {
+            continue;
+        }
+        let handed = if ticket.partition() == waiter.partition {
+            ticket
+        } else if let Some(handed) = limiter.pass_on(ticket, now, None, waiter.partition) {
+            handed
+        } else {
+            // The limit fell: the slot went back to the limiter, and the waiter waits on.
+            state.waiters.push_back(waiter);
+            return true;
+        };
+        match waiter.slot.send(handed) {
+            Ok(()) => return false,
+            // It stopped waiting just now: the next newest.
+            Err(back) => ticket = back,
+        }
+    }
+    limiter.forget(ticket);
+    true
 }
 
 /// Gives `ticket` back to `limiter`, with its round trip or (`None`) without.
