@@ -320,17 +320,11 @@ impl Limiter {
         self.last_window().map(|(_, rtt)| rtt)
     }
 
-    /// The limit in force during the last closed window, the one whose round trips
-    /// [`Limiter::expected_rtt`] gives; `None` before the first window closed. Below the
-    /// current limit, those round trips say nothing of the queue the current limit keeps (a
-    /// limit that just rose after a probe of the no-load RTT, say).
-    pub fn window_limit(&self) -> Option<u32> {
-        self.last_window().map(|(limit, _)| limit)
-    }
-
-    /// The last closed window's limit and mean RTT, read together (two separate reads may
-    /// straddle a window's close and pair one window's limit with the next one's RTT);
-    /// `None` before the first window closed. The RTT saturates at 2^40 ns (18 minutes),
+    /// The last closed window's limit (the one in force during it) and mean RTT, read
+    /// together: a window that closes between two reads would pair one window's limit with
+    /// the next one's RTT. Below the current limit, its round trips say nothing of the queue
+    /// the current limit keeps (a limit that just rose after a probe of the no-load RTT,
+    /// say). `None` before the first window closed. The RTT saturates at 2^40 ns (18 minutes),
     /// the limit at 2^24 − 1.
     pub fn last_window(&self) -> Option<(u32, Duration)> {
         match self.last_window.load(Ordering::Relaxed) {
