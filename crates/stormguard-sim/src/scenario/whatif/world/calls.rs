@@ -34,8 +34,15 @@ impl<'p> World<'p> {
     /// Request `slot` makes its next call, or finishes when it has made them all.
     #[inline(always)]
     pub(super) fn next_call(&mut self, now: Nanos, slot: u32) -> Next {
-        let r = self.requests.get_mut(slot)?;
-        match next_of(r) {
+        let next = next_of(self.requests.get_mut(slot)?);
+        self.go_on(now, slot, next)
+    }
+
+    /// Request `slot` makes the call [`next_of`] found, or finishes with `None` (it has made
+    /// them all).
+    #[inline(always)]
+    pub(super) fn go_on(&mut self, now: Nanos, slot: u32, next: Option<(usize, Nanos)>) -> Next {
+        match next {
             Some((index, deadline)) => self.call(now, slot, index, deadline),
             None => self.finish(now, slot, Answer::Ok),
         }

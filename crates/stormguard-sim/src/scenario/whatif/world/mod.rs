@@ -407,10 +407,8 @@ impl<'p> World<'p> {
         } else if failure_rate > 0.0 && crate::rng::unit(&mut self.rng) < failure_rate {
             self.finish(now, slot, Answer::Unavailable)
         } else {
-            match calls::next_of(r) {
-                Some((index, deadline)) => self.call(now, slot, index, deadline),
-                None => self.finish(now, slot, Answer::Ok),
-            }
+            let next = calls::next_of(r);
+            self.go_on(now, slot, next)
         }
     }
 
