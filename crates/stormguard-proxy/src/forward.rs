@@ -58,7 +58,8 @@ use stormguard_tower::wire::ConnectError;
 use tokio::net::TcpStream;
 use tower::Service;
 
-use crate::pool::{PoolMap, PoolSettings, UpstreamPool, connect_timed_out};
+use crate::pool::connect::connect_timed_out;
+use crate::pool::{PoolMap, PoolSettings, UpstreamPool};
 use crate::upstream::{Upstream, named_authority, without_userinfo};
 
 /// The transport's error: the connection's (hyper's and the socket's errors, in a cause

@@ -21,7 +21,7 @@
 //!   error is the caller's: hyper's "canceled", which the retry layer reads as never sent
 //!   ([`classify_transport_error`](stormguard_tower::wire::classify_transport_error)).
 //! - Errors are hyper's and the socket's own (a refused connect is an
-//!   [`io::Error`](std::io::Error) of kind `ConnectionRefused`, a reset after the request left
+//!   [`io::Error`] of kind `ConnectionRefused`, a reset after the request left
 //!   is hyper's incomplete message), so the stack classifies them as before.
 //! - Idle connections are closed after [`PoolSettings::idle_timeout`], and at most
 //!   [`PoolSettings::max_idle`] are kept.
@@ -33,6 +33,8 @@
 //!   policy's `timeouts.connect`, see [`UpstreamPool::send`]), else it is the pool's own
 //!   ([`PoolSettings::connect_timeout`]); it is not part of what a connection is kept under,
 //!   so routes with different connect timeouts to one upstream share its idle connections.
+//!   A host with several addresses gives each a share of it ([`connect`]), so one that
+//!   drops the SYN does not leave the next untried.
 //!   A failed or timed-out connect is a [`ConnectError`]: nothing was sent, so the stack may
 //!   retry any request after it (a bare timed-out `io::Error` would be in doubt).
 //! - The pools of the hosts requests name ([`PoolMap`]) are dropped by their own sweep once
@@ -44,7 +46,6 @@
 //! read from tokio's clock, so tests drive expiry with paused time.
 
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,28 +62,13 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use stormguard_tower::wire::ConnectError;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::config::PoolConfig;
 use crate::forward::ForwardError;
 
-/// Opens the TCP connection to an authority: [`tcp_connect`] in the proxy. The tests give
-/// their own, which connects before it returns or never answers: under paused time, a timer
-/// around a real connect that is still in flight fires as soon as the runtime has nothing
-/// else to do.
-pub(crate) type Connector = fn(&Authority) -> Connecting;
-
-/// A connect under way.
-pub(crate) type Connecting = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>>;
-
-/// The error of a connect given up after `after`.
-pub(crate) fn connect_timed_out(after: Duration) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::TimedOut,
-        format!("no connection within the connect timeout ({after:?})"),
-    )
-}
+pub(crate) mod connect;
+use connect::{Connector, connect_timed_out, tcp_connect};
 
 /// How a pool connects, how many idle connections it keeps, and for how long.
 #[derive(Clone, Copy, Debug)]
@@ -110,19 +96,6 @@ impl PoolSettings {
             connect: tcp_connect,
         }
     }
-}
-
-/// Resolves the authority's host and connects to the first address that answers.
-pub(crate) fn tcp_connect(authority: &Authority) -> Connecting {
-    let host = authority.host();
-    // `[::1]` is an IPv6 literal; the brackets are URI syntax, not the address.
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host)
-        .to_owned();
-    let port = authority.port_u16().unwrap_or(80);
-    Box::pin(async move { TcpStream::connect((host.as_str(), port)).await })
 }
 
 /// The pools of the hosts that requests name (an egress proxy without a fixed upstream),
@@ -294,7 +267,7 @@ impl UpstreamPool {
         connect_timeout: Option<Duration>,
     ) -> Result<SendRequest<Body>, ForwardError> {
         let after = connect_timeout.unwrap_or(self.settings.connect_timeout);
-        let connect = (self.settings.connect)(&self.authority);
+        let connect = (self.settings.connect)(&self.authority, after);
         let stream = match tokio::time::timeout(after, connect).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(error)) => return Err(self.connect_error(error)),

@@ -15,7 +15,7 @@ use tower::{Layer, ServiceExt};
 
 use super::*;
 use crate::config::PoolConfig;
-use crate::pool::{Connecting, Connector};
+use crate::pool::connect::{Connecting, Connector};
 
 /// The pools' own connect timeout in these tests.
 const POOL_CONNECT: Duration = Duration::from_secs(3);
@@ -73,7 +73,7 @@ where
 static DIALS: AtomicUsize = AtomicUsize::new(0);
 
 /// A host that drops the SYN: the connect never completes.
-fn never_answers(_: &Authority) -> Connecting {
+fn never_answers(_: &Authority, _: Duration) -> Connecting {
     DIALS.fetch_add(1, Ordering::SeqCst);
     Box::pin(std::future::pending())
 }
@@ -136,7 +136,7 @@ async fn a_routes_connect_timeout_bounds_its_http2_connects() {
         .with_seed(7)
         .build()
         .expect("routes");
-    let client = layer.layer(forward(&upstream, crate::pool::tcp_connect));
+    let client = layer.layer(forward(&upstream, crate::pool::connect::tcp_connect));
     let ms = Duration::from_millis;
 
     // hyper-util's connector, given the route's timeout by the request that opens the

@@ -30,7 +30,8 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{Connecting, PoolMap, PoolSettings, UpstreamPool};
+use super::connect::Connecting;
+use super::{PoolMap, PoolSettings, UpstreamPool};
 
 /// Runs `io`, which waits on the kernel, with the paused clock held still: tokio does not
 /// auto-advance while a blocking task runs (`tokio::time::pause`, "Preventing
@@ -64,7 +65,7 @@ async fn drain(response: Response<Body>) -> Bytes {
 
 /// Connects with a blocking connect (on loopback, done or refused at once), so the future it
 /// returns is ready.
-fn connect_now(authority: &Authority) -> Connecting {
+fn connect_now(authority: &Authority, _: Duration) -> Connecting {
     let stream = std::net::TcpStream::connect(authority.as_str()).and_then(|stream| {
         stream.set_nonblocking(true)?;
         TcpStream::from_std(stream)
@@ -73,7 +74,7 @@ fn connect_now(authority: &Authority) -> Connecting {
 }
 
 /// A host that drops the SYN: the connect never completes.
-fn never_answers(_: &Authority) -> Connecting {
+fn never_answers(_: &Authority, _: Duration) -> Connecting {
     Box::pin(std::future::pending())
 }
 
