@@ -207,6 +207,10 @@ struct Request<'p> {
     held: bool,
 }
 
+// A request's record is one cache line: a field added must take the room of another (or go
+// to `Held`). (Its slab entry is the same size: the free entry fits in its spare bytes.)
+const _: () = assert!(std::mem::size_of::<Request<'static>>() == 64);
+
 /// What a call keeps apart from its request ([`Request`]): the run that took the request
 /// over when the first attempt did not succeed, and the breaker's permit with the time the
 /// attempt was sent. Kept at the request's slot number in [`World::calls`], which grows only
