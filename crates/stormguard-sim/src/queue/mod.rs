@@ -289,7 +289,7 @@ impl EventQueue {
 }
 
 /// Sorts `run` in descending (time, payload) order, on one 128-bit key.
-#[inline]
+#[inline(always)]
 fn sort_descending(run: &mut [(Nanos, u64)]) {
     match run {
         [] | [_] => {}
