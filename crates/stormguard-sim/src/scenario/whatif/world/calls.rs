@@ -17,9 +17,9 @@ impl<'p> World<'p> {
         };
         while let Some((at, call, token)) = fifo.front() {
             if self
-                .calls
-                .get(call as usize)
-                .is_some_and(|c| c.token == token)
+                .requests
+                .get(call)
+                .is_some_and(|r| r.call_token == token)
             {
                 self.queue.push(at, pack(TIMER, e as u32, 0));
                 if let Some(armed) = self.armed.get_mut(e) {
@@ -34,7 +34,9 @@ impl<'p> World<'p> {
     /// Request `slot` makes its next call, or finishes when it has made them all.
     #[inline(always)]
     pub(super) fn next_call(&mut self, now: Nanos, slot: u32) -> Next {
-        let next = next_of(self.requests.get_mut(slot)?);
+        let model = self.model;
+        let r = self.requests.get_mut(slot)?;
+        let next = next_of(r, model.nodes.get(r.node as usize)?);
         self.go_on(now, slot, next)
     }
 
@@ -67,16 +69,11 @@ impl<'p> World<'p> {
             return self.finish(now, slot, Answer::Unavailable);
         }
         let token = self.token();
-        // One bounds check: a slot past the end (the slab of requests grew) is made then.
-        let c = match self.calls.get_mut(slot as usize) {
-            Some(c) => c,
-            None => self.grow_calls(slot)?,
-        };
-        c.edge = index as u32;
-        c.deadline = deadline;
-        c.first = Some(RequestGuard::new(&*edge.budget));
+        let r = self.requests.get_mut(slot)?;
+        r.call_deadline = deadline;
+        r.first = Some(RequestGuard::new(&*edge.budget));
         // The first attempt is sent with the call and edge at hand (`send` looks them up).
-        match attempt(c, edge, now, token) {
+        match attempt(r, &mut self.calls, slot, edge, now, token) {
             Some((deadline, per_try)) => {
                 self.dispatch(now, slot, token, edge, index as u32, deadline, per_try)
             }
@@ -84,23 +81,15 @@ impl<'p> World<'p> {
         }
     }
 
-    /// Makes room in [`World::calls`] for the call of request `slot` (the slab of requests
-    /// grew).
-    #[cold]
-    fn grow_calls(&mut self, slot: u32) -> Option<&mut CallState<'p>> {
-        self.calls.resize_with(slot as usize + 1, CallState::idle);
-        self.calls.get_mut(slot as usize)
-    }
-
     /// Sends the next attempt of `call`.
     #[inline(always)]
     pub(super) fn send(&mut self, now: Nanos, call: u32) -> Next {
         let model = self.model;
         let token = self.token();
-        let c = self.calls.get_mut(call as usize)?;
-        let edge_index = c.edge;
+        let r = self.requests.get_mut(call)?;
+        let edge_index = r.edge();
         let edge = model.edges.get(edge_index as usize)?;
-        match attempt(c, edge, now, token) {
+        match attempt(r, &mut self.calls, call, edge, now, token) {
             Some((deadline, per_try)) => {
                 self.dispatch(now, call, token, edge, edge_index, deadline, per_try)
             }
@@ -143,15 +132,15 @@ impl<'p> World<'p> {
     #[inline(always)]
     pub(super) fn reply(&mut self, now: Nanos, call: u32, token: u32, answer: Answer) -> Next {
         let model = self.model;
-        self.decide(now, call, |c| {
-            if c.token != token {
+        self.decide(now, call, |r| {
+            if r.call_token != token {
                 return None;
             }
             // A success (nearly every answer) needs nothing of the call's policy.
             let outcome = if answer == Answer::Ok {
                 Outcome::Success
             } else {
-                let edge = model.edges.get(c.edge as usize)?;
+                let edge = model.edges.get(r.edge() as usize)?;
                 match answer {
                     Answer::Ok => Outcome::Success,
                     Answer::Refused => Outcome::Retryable,
@@ -173,30 +162,35 @@ impl<'p> World<'p> {
         &mut self,
         now: Nanos,
         call: u32,
-        ended: impl FnOnce(&mut CallState<'_>) -> Option<AttemptOutcome>,
+        ended: impl FnOnce(&mut Request<'_>) -> Option<AttemptOutcome>,
     ) -> Next {
-        let c = self.calls.get_mut(call as usize)?;
-        let ended = ended(c)?;
-        if let Some(permit) = c.permit.take() {
-            permit.record(ended.outcome, duration(now.saturating_sub(c.sent)));
+        let model = self.model;
+        let r = self.requests.get_mut(call)?;
+        let ended = ended(r)?;
+        if r.held
+            && let Some(h) = self.calls.get_mut(call as usize)
+            && let Some(permit) = h.permit.take()
+        {
+            permit.record(ended.outcome, duration(now.saturating_sub(h.sent)));
         }
-        let edge = c.edge;
-        let decision = match &c.first {
+        let edge = r.edge();
+        let decision = match &r.first {
             // The first attempt succeeded (nearly every call): what the run would record
-            // (it stops), without building one; the call ends here, where it was looked up
-            // (what `end_call` does for a success). The guard, dropped as it ends, tells the
-            // budget that the request ended.
+            // (it stops), without building one; the call ends here, and its request goes
+            // on, where it was looked up (what `end_call` does for a success). The guard,
+            // dropped as it ends, tells the budget that the request ended.
             Some(first) if ended.outcome.is_success() => {
                 first.first_attempt_succeeded();
-                c.end();
-                return self.next_call(now, call);
+                r.end_call(&mut self.calls, call);
+                let next = next_of(r, model.nodes.get(r.node as usize)?);
+                return self.go_on(now, call, next);
             }
             _ => self.decide_with_run(now, call, ended)?,
         };
         match decision {
             Decision::Retry { delay, .. } => {
                 let at = now.saturating_add(crate::time::nanos(delay));
-                let token = self.calls.get(call as usize)?.token;
+                let token = self.requests.get(call)?.call_token;
                 if at == now {
                     return self.send(now, call);
                 }
@@ -219,15 +213,17 @@ impl<'p> World<'p> {
         ended: AttemptOutcome,
     ) -> Option<Decision> {
         let model = self.model;
-        let c = self.calls.get_mut(call as usize)?;
-        let deadline = c.deadline;
+        let r = self.requests.get_mut(call)?;
+        let deadline = r.call_deadline;
         let remaining = || (deadline != NEVER).then(|| duration(deadline.saturating_sub(now)));
-        let run = match &mut c.run {
+        let h = held(&mut self.calls, call)?;
+        let run = match &mut h.run {
             Some(run) => run,
             None => {
-                let first = c.first.take()?;
-                let edge = model.edges.get(c.edge as usize)?;
-                c.run.insert(RetryRun::after_first_attempt(
+                let first = r.first.take()?;
+                let edge = model.edges.get(r.edge() as usize)?;
+                r.held = true;
+                h.run.insert(RetryRun::after_first_attempt(
                     &edge.policy,
                     first,
                     edge.retry_safe,
@@ -249,8 +245,8 @@ impl<'p> World<'p> {
         if reason == StopReason::Succeeded {
             // Ended where it lies: the budget hears that the call ended (nothing below
             // reads the budget, so this may come before the request goes on).
-            if let Some(c) = self.calls.get_mut(call as usize) {
-                c.end();
+            if let Some(r) = self.requests.get_mut(call) {
+                r.end_call(&mut self.calls, call);
             }
             return self.next_call(now, call);
         }
@@ -265,8 +261,8 @@ impl<'p> World<'p> {
     #[inline(never)]
     pub(super) fn fail_call(&mut self, now: Nanos, call: u32, edge: u32) -> Next {
         let model = self.model;
-        if let Some(c) = self.calls.get_mut(call as usize) {
-            c.end();
+        if let Some(r) = self.requests.get_mut(call) {
+            r.end_call(&mut self.calls, call);
         }
         let signals = model
             .edges
@@ -281,32 +277,37 @@ impl<'p> World<'p> {
     }
 }
 
-/// Makes call `c` on `edge` ready to send attempt `token` at `now`: takes the breaker's
-/// permit, if any, and returns the attempt's deadline and its per-try deadline (if any);
-/// `None` when the breaker refuses (the call fails; a refused retry's withdrawal is given
-/// back when the run is dropped).
+/// Makes the call of request `r` (in slot `slot`) on `edge` ready to send attempt `token`
+/// at `now`: takes the breaker's permit, if any (kept in `calls`), and returns the
+/// attempt's deadline and its per-try deadline (if any); `None` when the breaker refuses
+/// (the call fails; a refused retry's withdrawal is given back when the run is dropped).
 #[inline(always)]
-fn attempt(
-    c: &mut CallState<'_>,
+fn attempt<'p>(
+    r: &mut Request<'p>,
+    calls: &mut Vec<Held<'p>>,
+    slot: u32,
     edge: &Edge,
     now: Nanos,
     token: u32,
 ) -> Option<(Nanos, Option<Nanos>)> {
     if let Some(breaker) = &edge.breaker {
-        c.permit = Some(breaker.try_acquire_owned().ok()?);
+        let permit = breaker.try_acquire_owned().ok()?;
+        let h = held(calls, slot)?;
+        h.permit = Some(permit);
+        h.sent = now;
+        r.held = true;
     }
     let per_try = edge.per_try.map(|t| now.saturating_add(t));
-    let deadline = per_try.map_or(c.deadline, |t| t.min(c.deadline));
-    c.token = token;
-    c.sent = now;
+    let deadline = per_try.map_or(r.call_deadline, |t| t.min(r.call_deadline));
+    r.call_token = token;
     Some((deadline, per_try))
 }
 
-/// The call request `r` makes next (its index among the model's calls, now counted as made)
-/// and the deadline it brings; `None` when it has made them all.
+/// The call request `r` (at `node`, its node) makes next (its index among the model's
+/// calls, now counted as made) and the deadline it brings; `None` when it has made them all.
 #[inline(always)]
-pub(super) fn next_of(r: &mut Request) -> Option<(usize, Nanos)> {
-    if r.next >= r.end {
+pub(super) fn next_of(r: &mut Request<'_>, node: &Node) -> Option<(usize, Nanos)> {
+    if r.next as usize >= node.edges.end {
         return None;
     }
     let index = r.next as usize;

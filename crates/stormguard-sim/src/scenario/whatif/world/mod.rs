@@ -37,11 +37,21 @@
 //! - a request's work is drawn with one multiplication for its place in the quantile table
 //!   ([`rng::unit_times`](crate::rng::unit_times): the same number as the draw scaled twice;
 //!   about 0.2 % of the bench's instructions);
+//! - the bench's cost is as much its first-level cache misses as its instructions (the
+//!   slots of the requests in flight, the quantile tables and the latency counts are
+//!   touched in no order and do not all fit), so a request and the call it is making are
+//!   one record of one cache line ([`Request`]): the end of its work reads it, its call
+//!   is written into it, and the reply to that call reads it again and goes on with it
+//!   (what only a call that did not succeed at once, or one through a breaker, needs is
+//!   kept apart, in [`Held`]). As a request with a call state of its own (120 bytes over two
+//!   or three cache lines, at the same slot number) it took 75 % more misses (11.6 M against
+//!   6.6 M on the 10 s bench) for 2.9 % fewer instructions (708 M against 729 M);
 //! - what a step has looked up, it hands on rather than have the next step look it up
 //!   again: a request whose work ended makes its next call with the slot `done` read
-//!   ([`calls::next_of`]), a call makes its first attempt with its state and edge at hand
-//!   (`send`, which looks both up, is for retries), and a call whose first attempt succeeded
-//!   ends where `decide` read it (together about 2.3 % of the bench's instructions);
+//!   ([`calls::next_of`]), a call makes its first attempt with its request and edge at
+//!   hand (`send`, which looks both up, is for retries), and a call whose first attempt
+//!   succeeded ends, and its request goes on, where `decide` read it (together about 2.3 %
+//!   of the bench's instructions);
 //! - neither the event queue nor the slab keeps a count of what it holds (asked only by
 //!   tests, they count when asked: two instructions per event and per request), and the
 //!   queue's buckets are a fixed-size array, filed into with no bounds check (about 0.6 %);
@@ -69,15 +79,39 @@
 //!   every handler passing a `Result` up;
 //! - a request that ends at a service without a worker limit (where nothing ever waits for a
 //!   worker) frees none: no `Release` step is pushed and popped, and its `busy` count stays 0
-//!   (a quarter of the requests of the 10-service bench; about 0.7 % of its instructions).
+//!   (a quarter of the requests of the 10-service bench; about 0.7 % of its instructions);
+//! - the run's loop asks the processor to bring in the request slot the next event names
+//!   while it handles the current one ([`World::prefetch`]: the event queue has the next
+//!   event at hand). Nine instructions an event (1.7 %), which cachegrind cannot credit;
+//!   on a noisy machine, paired runs took 1.4 % less time at the median, within
+//!   the noise;
+//! - a wheel bucket of three to six events is sorted by a sorting network that selects
+//!   instead of branching ([`queue`](crate::queue)): the events of a bucket come in no
+//!   order, and the standard library's insertion sort mispredicted about a third of its
+//!   comparisons (cachegrind's simulated mispredictions 7.0 M -> 6.3 M for 1.5 % more
+//!   instructions; paired runs 1.4 to 6.7 % faster on a noisy machine).
 //!
 //! Measured and not kept (on the 10 s bench): a call's retry run boxed, so that a call's
 //! state fits fewer cache lines (5 % fewer first-level cache misses, 1.3 % more
-//! instructions for the allocations, no clear wall-clock gain); the quantile table as points
-//! only, half its size (more misses, not fewer: a random draw misses the cache either way);
-//! token buckets and unlimited budgets called by their own types, not through the trait
-//! object (0.26 % fewer instructions, for a second copy of the core's mapping from a budget
-//! spec to its type).
+//! instructions for the allocations, no clear wall-clock gain); the event queue's wheel
+//! buckets holding their first seven events in place beside their count (two cache lines
+//! a bucket, a vector for the rest: 3 % more misses, 6.63 M -> 6.83 M, and 1.5 % more
+//! instructions; the buckets' vectors stay); the quantile table as points
+//! only, half its size (more misses, not fewer: a random draw misses the cache either way),
+//! and as 32-bit points, a quarter of its size when they fit (the table's misses 1.17 M ->
+//! 1.05 M, the run's instructions 3.8 % more); the latency counts as 32-bit numbers, with a
+//! carry for the rare count that wraps (2.5 % fewer misses, 0.5 % more instructions, and
+//! the counts are written off the loop's critical path); the tokens of the attempts in
+//! flight in a vector of their own by slot, so that the per-try timers' checks of attempts
+//! long answered read four bytes, not a request's line (1.1 % fewer misses, 0.3 % more
+//! instructions, no wall-clock gain in paired runs); a wheel bucket of up to 16 events
+//! sorted by rank (each event's place counted by comparisons whose outcomes are added, not
+//! branched on: cachegrind's simulated mispredictions 7.0 M -> 6.5 M, for 21 % more
+//! instructions); a `Release` step for every request that ends, so that none branches on
+//! whether its service limits its workers (0.2 M fewer simulated mispredictions for 0.9 %
+//! more instructions); token buckets and unlimited budgets called by their own types, not
+//! through the trait object (0.26 % fewer instructions, for a second copy of the core's
+//! mapping from a budget spec to its type).
 //!
 //! The order of everything that draws a random number or takes a slab slot (so the order of
 //! the events, whose ties are broken by slot numbers) is unchanged by any of this: the
@@ -134,70 +168,101 @@ enum Answer {
     Exhausted,
 }
 
-/// One request at a service.
-struct Request {
+/// One request at a service, and the call it is making (a request makes its calls one
+/// at a time): an event of a call (a retry, a timeout) names it by its request's slot and
+/// the attempt's token.
+///
+/// One cache line, aligned: what a request and a call whose attempts succeed at once read
+/// and write, from its arrival through each of its calls to its answer, so that the event
+/// of its work's end, and each reply to one of its calls, touch one line. What only a call
+/// that did not succeed at once, or one through a breaker, needs is kept apart, in
+/// [`World::calls`]. Its service and the end of its calls are read from its node, which
+/// every step of a request reads anyway.
+///
+/// A call's first attempt runs under the budget's [`RequestGuard`] alone, as in the tokio
+/// retrier: the core's [`RetryRun`] is built only when that attempt did not succeed, so a
+/// call that succeeds at once (nearly every call) builds none.
+#[repr(align(64))]
+struct Request<'p> {
     node: u32,
-    /// Its node's service (read at every step of the request).
-    service: u32,
     /// The call whose attempt this is ([`NONE`] for an entry request) and the attempt's token.
     caller: u32,
     token: u32,
-    /// Its next call to make and the end of its calls, as indices into the model's calls
-    /// (set when it starts work, from its node).
+    /// Its next call to make, as an index into the model's calls (set when it starts work,
+    /// from its node): the call it is making is the one before.
     next: u32,
-    end: u32,
+    /// The attempt of its call in flight (a reply or timeout with another token is stale);
+    /// [`IDLE`]: no call.
+    call_token: u32,
     arrived: Nanos,
     /// The deadline the service honours ([`NEVER`]: none).
     deadline: Nanos,
+    /// The deadline of the call it is making.
+    call_deadline: Nanos,
+    /// The request on the call's budget while the first attempt is in flight.
+    first: Option<RequestGuard<'p, dyn RetryBudget + 'p>>,
     /// Its work is cut short by its deadline: it ends without an answer.
     cut: bool,
+    /// Its slot of [`World::calls`] holds a run or a permit.
+    held: bool,
 }
 
-/// The call a request is making (a request makes its calls one at a time), kept at the
-/// request's slot number in [`World::calls`]: a call needs no slot of its own, and an
-/// event of a call (a retry, a timeout) names it by its request's slot and the attempt's
-/// token.
-///
-/// Its first attempt runs under the budget's [`RequestGuard`] alone, as in the tokio
-/// retrier: the core's [`RetryRun`] is built only when that attempt did not succeed, so a
-/// call that succeeds at once (nearly every call) builds none.
-struct CallState<'p> {
-    edge: u32,
-    /// The attempt in flight (a reply or timeout with another token is stale); [`IDLE`]:
-    /// no call.
-    token: u32,
-    deadline: Nanos,
-    sent: Nanos,
-    /// The request on the budget while the first attempt is in flight.
-    first: Option<RequestGuard<'p, dyn RetryBudget + 'p>>,
-    /// The run that took the request over when the first attempt did not succeed.
+// A request's record is one cache line: a field added must take the room of another (or go
+// to `Held`). (Its slab entry is the same size: the free entry fits in its spare bytes.)
+const _: () = assert!(std::mem::size_of::<Request<'static>>() == 64);
+
+/// What a call keeps apart from its request ([`Request`]): the run that took the request
+/// over when the first attempt did not succeed, and the breaker's permit with the time the
+/// attempt was sent. Kept at the request's slot number in [`World::calls`], which grows only
+/// when a call needs it.
+struct Held<'p> {
     run: Option<RetryRun<'p, dyn RetryBudget + 'p>>,
     permit: Option<OwnedPermit>,
+    sent: Nanos,
 }
 
-impl CallState<'_> {
-    /// No call: what a slot holds between calls.
-    const fn idle() -> Self {
-        CallState {
-            edge: 0,
-            token: IDLE,
-            deadline: NEVER,
-            sent: 0,
-            first: None,
+impl Held<'_> {
+    /// Nothing held.
+    const fn none() -> Self {
+        Held {
             run: None,
             permit: None,
+            sent: 0,
         }
     }
+}
 
-    /// Ends the call: the budget hears that the request ended (from the guard or the run,
+impl<'p> Request<'p> {
+    /// The index of the call it is making (or made last) among the model's calls.
+    #[inline(always)]
+    fn edge(&self) -> u32 {
+        self.next.wrapping_sub(1)
+    }
+
+    /// Ends its call: the budget hears that the request ended (from the guard or the run,
     /// dropped here), and events of its attempts are stale from now on.
     #[inline(always)]
-    fn end(&mut self) {
-        self.token = IDLE;
+    fn end_call(&mut self, calls: &mut [Held<'p>], slot: u32) {
+        self.call_token = IDLE;
         self.first = None;
-        self.run = None;
-        self.permit = None;
+        if self.held {
+            self.held = false;
+            if let Some(h) = calls.get_mut(slot as usize) {
+                h.run = None;
+                h.permit = None;
+            }
+        }
     }
+}
+
+/// The slot of [`World::calls`] of the call of request `slot`, made when the vector is
+/// shorter (it grows only with calls that need it).
+#[inline]
+fn held<'a, 'p>(calls: &'a mut Vec<Held<'p>>, slot: u32) -> Option<&'a mut Held<'p>> {
+    if calls.len() <= slot as usize {
+        calls.resize_with(slot as usize + 1, Held::none);
+    }
+    calls.get_mut(slot as usize)
 }
 
 /// Work that follows from an event at the same instant.
@@ -238,9 +303,10 @@ struct ServiceState {
 pub(super) struct World<'p> {
     model: &'p Model,
     state: Vec<ServiceState>,
-    requests: Slab<Request>,
-    /// The call of the request in each slot of `requests` (grown with it).
-    calls: Vec<CallState<'p>>,
+    requests: Slab<Request<'p>>,
+    /// What the call of the request in each slot of `requests` keeps apart ([`Held`]):
+    /// grown when a call needs it.
+    calls: Vec<Held<'p>>,
     pub(super) queue: EventQueue,
     rng: SmallRng,
     steps: Vec<Step>,
@@ -347,6 +413,14 @@ impl<'p> World<'p> {
         self.state.iter().map(|s| s.waiting.len()).collect()
     }
 
+    /// Brings the request in `slot` into the cache: the event loop's hint for the slot its
+    /// next event names (a `DONE`, `RETRY` or `TIMEOUT` event's; the others name no request,
+    /// and a hint for them costs less than telling them apart).
+    #[inline(always)]
+    pub(super) fn prefetch(&self, slot: u32) {
+        self.requests.prefetch(slot);
+    }
+
     /// A fresh attempt token (never [`IDLE`]).
     #[inline]
     fn token(&mut self) -> u32 {
@@ -389,13 +463,10 @@ impl<'p> World<'p> {
     #[inline(always)]
     fn done(&mut self, now: Nanos, slot: u32) -> Next {
         // Looked up once: a request that goes on makes its next call with it.
+        let model = self.model;
         let r = self.requests.get_mut(slot)?;
-        let service = r.service;
-        let failure_rate = self
-            .model
-            .nodes
-            .get(r.node as usize)
-            .map_or(0.0, |n| n.failure_rate);
+        let n = model.nodes.get(r.node as usize)?;
+        let service = n.service as u32;
         if r.cut {
             self.requests.free(slot);
             let mut limited = true;
@@ -404,10 +475,10 @@ impl<'p> World<'p> {
                 limited = s.workers != UNLIMITED;
             }
             limited.then_some(Step::Release { service })
-        } else if failure_rate > 0.0 && crate::rng::unit(&mut self.rng) < failure_rate {
+        } else if n.failure_rate > 0.0 && crate::rng::unit(&mut self.rng) < n.failure_rate {
             self.finish(now, slot, Answer::Unavailable)
         } else {
-            let next = calls::next_of(r);
+            let next = calls::next_of(r, n);
             self.go_on(now, slot, next)
         }
     }
@@ -416,9 +487,9 @@ impl<'p> World<'p> {
     #[inline(always)]
     fn retry(&mut self, now: Nanos, call: u32, token: u32) -> Next {
         if self
-            .calls
-            .get(call as usize)
-            .is_some_and(|c| c.token == token)
+            .requests
+            .get(call)
+            .is_some_and(|r| r.call_token == token)
         {
             self.send(now, call)
         } else {
@@ -430,12 +501,12 @@ impl<'p> World<'p> {
     #[inline(always)]
     fn timeout(&mut self, now: Nanos, call: u32, token: u32) -> Next {
         let fresh = self.token();
-        self.decide(now, call, |c| {
-            if c.token != token {
+        self.decide(now, call, |r| {
+            if r.call_token != token {
                 return None;
             }
             // A reply to this attempt that comes later is stale.
-            c.token = fresh;
+            r.call_token = fresh;
             Some(AttemptOutcome::TIMED_OUT)
         })
     }

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl World<'_> {
+impl<'p> World<'p> {
     /// A request (an attempt of `caller`, or an entry request) arrives at `node`. Returns
     /// when its answer is known to come ([`NEVER`]: not known): at once, refused; or at the
     /// end of work that needs no further call. A refusal's reply to the caller is pushed on
@@ -44,14 +44,16 @@ impl World<'_> {
             let deadline = deadline | state.ignored_deadline;
             let request = move || Request {
                 node: node as u32,
-                service: service as u32,
                 caller,
                 token,
                 next: 0,
-                end: 0,
+                call_token: IDLE,
                 arrived: now,
                 deadline,
+                call_deadline: NEVER,
+                first: None,
                 cut: false,
+                held: false,
             };
             if state.busy < state.workers {
                 let model = self.model;
@@ -98,7 +100,7 @@ impl World<'_> {
 
     /// Stores a request; `None` (and the run's error) when the slab is full.
     #[inline(always)]
-    pub(super) fn insert(&mut self, request: Request) -> Option<u32> {
+    pub(super) fn insert(&mut self, request: Request<'p>) -> Option<u32> {
         let slot = self.requests.insert(request);
         if slot.is_none() {
             self.full("too many requests in flight");
@@ -119,7 +121,7 @@ impl World<'_> {
         let model = self.model;
         let r = self.requests.get_mut(slot)?;
         let node = model.nodes.get(r.node as usize)?;
-        let state = self.state.get_mut(r.service as usize)?;
+        let state = self.state.get_mut(node.service)?;
         let active = state.faults.at(now);
         let end = begin_work(now, node, state, active, &mut self.rng, r);
         self.queue.push(end, pack(DONE, slot, 0));
@@ -148,11 +150,13 @@ impl World<'_> {
     /// A request ends with `answer`: its worker is freed once its caller has been told.
     #[inline(always)]
     pub(super) fn finish(&mut self, now: Nanos, slot: u32, answer: Answer) -> Next {
-        let (service, caller, token, arrived) = self
+        let model = self.model;
+        let (node, caller, token, arrived) = self
             .requests
-            .free_after(slot, |r| (r.service, r.caller, r.token, r.arrived))?;
+            .free_after(slot, |r| (r.node, r.caller, r.token, r.arrived))?;
+        let service = model.nodes.get(node as usize)?.service;
         let mut limited = true;
-        if let Some(state) = self.state.get_mut(service as usize) {
+        if let Some(state) = self.state.get_mut(service) {
             limited = state.workers != UNLIMITED;
             let s = &mut state.stats;
             if answer == Answer::Ok {
@@ -166,7 +170,9 @@ impl World<'_> {
             // Nothing waits for a worker of a service without a limit.
             return self.answer(caller, token, answer);
         }
-        let release = Step::Release { service };
+        let release = Step::Release {
+            service: service as u32,
+        };
         match self.answer(caller, token, answer) {
             Some(reply) => {
                 self.steps.push(release);
@@ -229,7 +235,7 @@ fn begin_work(
     state: &mut ServiceState,
     active: faults::Active,
     rng: &mut SmallRng,
-    r: &mut Request,
+    r: &mut Request<'_>,
 ) -> Nanos {
     let mut work = node.work.sample(rng);
     if active.scale != 1.0 {
@@ -244,7 +250,6 @@ fn begin_work(
         r.cut = true;
     }
     r.next = node.edges.start as u32;
-    r.end = node.edges.end as u32;
     state.busy += u32::from(state.workers != UNLIMITED);
     state.stats.now().admitted += 1;
     end
