@@ -190,24 +190,6 @@ impl<T> Slab<T> {
         self.len() == 0
     }
 
-    /// Asks the processor to bring slot `id` into its first-level cache, without waiting
-    /// for it (nothing is read; on processors other than x86-64, nothing is done): for an
-    /// event loop that knows which slot it will read next.
-    #[inline(always)]
-    pub fn prefetch(&self, id: u32) {
-        #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
-        // SAFETY: a prefetch is a hint: it reads nothing and cannot fault, whatever the
-        // address (one past the slots is not dereferenced); SSE, which it needs, is part of
-        // x86-64.
-        unsafe {
-            use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_T0>(self.slots.as_ptr().wrapping_add(id as usize).cast());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = id;
-    }
-
     /// The most slots ever taken at once: a new slot is added only when none is free, so
     /// that is the number of slots.
     pub fn peak(&self) -> usize {

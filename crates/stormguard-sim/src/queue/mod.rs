@@ -162,14 +162,6 @@ impl EventQueue {
         }
     }
 
-    /// The payload of the earliest event when it is at hand (in the sorted run of the
-    /// earliest events; `None` when finding it takes sorting the next bucket), for an event
-    /// loop to prefetch what it will touch next.
-    #[inline(always)]
-    pub fn next_payload(&self) -> Option<u64> {
-        self.run.last().map(|&(_, payload)| payload)
-    }
-
     /// Removes and returns the earliest event.
     #[inline]
     pub fn pop(&mut self) -> Option<(Nanos, u64)> {

@@ -388,11 +388,6 @@ pub fn run(
             checkpoint = clock_next.min(w.bin_end()).min(drain_until).min(end_of_run);
         }
         events += 1;
-        // The request the next event names is on its way into the cache while this one is
-        // handled.
-        if let Some(next) = w.queue.next_payload() {
-            w.prefetch(unpack(next).1);
-        }
         let (kind, slot, operand) = unpack(payload);
         match kind {
             ARRIVAL => {

@@ -413,14 +413,6 @@ impl<'p> World<'p> {
         self.state.iter().map(|s| s.waiting.len()).collect()
     }
 
-    /// Brings the request in `slot` into the cache: the event loop's hint for the slot its
-    /// next event names (a `DONE`, `RETRY` or `TIMEOUT` event's; the others name no request,
-    /// and a hint for them costs less than telling them apart).
-    #[inline(always)]
-    pub(super) fn prefetch(&self, slot: u32) {
-        self.requests.prefetch(slot);
-    }
-
     /// A fresh attempt token (never [`IDLE`]).
     #[inline]
     fn token(&mut self) -> u32 {
