@@ -80,18 +80,16 @@
 //! - a request that ends at a service without a worker limit (where nothing ever waits for a
 //!   worker) frees none: no `Release` step is pushed and popped, and its `busy` count stays 0
 //!   (a quarter of the requests of the 10-service bench; about 0.7 % of its instructions);
-//! - the run's loop asks the processor to bring in the request slot the next event names
-//!   while it handles the current one ([`World::prefetch`]: the event queue has the next
-//!   event at hand). Nine instructions an event (1.7 %), which cachegrind cannot credit;
-//!   on a noisy machine, paired runs took 1.4 % less time at the median, within
-//!   the noise;
 //! - a wheel bucket of three to six events is sorted by a sorting network that selects
 //!   instead of branching ([`queue`](crate::queue)): the events of a bucket come in no
 //!   order, and the standard library's insertion sort mispredicted about a third of its
 //!   comparisons (cachegrind's simulated mispredictions 7.0 M -> 6.3 M for 1.5 % more
 //!   instructions; paired runs 1.4 to 6.7 % faster on a noisy machine).
 //!
-//! Measured and not kept (on the 10 s bench): a call's retry run boxed, so that a call's
+//! Measured and not kept (on the 10 s bench): a software prefetch of the request slot the
+//! next event names, while the current one is handled (nine instructions an event; paired
+//! runs 1.4 % faster at the median on a noisy machine, within the noise; it needs an
+//! `unsafe` intrinsic the workspace denies); a call's retry run boxed, so that a call's
 //! state fits fewer cache lines (5 % fewer first-level cache misses, 1.3 % more
 //! instructions for the allocations, no clear wall-clock gain); the event queue's wheel
 //! buckets holding their first seven events in place beside their count (two cache lines
