@@ -295,3 +295,37 @@ fn a_breaker_held_open_by_the_policy_sends_nothing_to_the_downstream() {
     assert_eq!(closed.service("cdn").map(|s| s.requests), Some(100));
     assert_eq!(closed.entry_success_rate, 1.0);
 }
+
+#[test]
+fn an_answered_attempt_is_not_timed_out_again_while_its_call_waits_to_retry() {
+    // mid calls db, which is down, so mid answers 503 at once; web's per-try timer (10 ms,
+    // set since mid's answer time is not known when the attempt leaves) is still pending
+    // when that answer comes, and the backoff (50 ms) outlasts it. Each of web's calls
+    // makes its three attempts, no fewer: the answered attempt does not time out again.
+    let g = graph(
+        r#"
+        [services.web.endpoints."GET /"]
+        requests_per_sec = 10
+        [[services.web.endpoints."GET /".calls]]
+        to = "mid"
+        endpoint = "GET /mid"
+        policy = { retry = { max_attempts = 3 }, backoff = { kind = "fixed", base = "50ms", jitter = "none" }, timeouts = { per_try = "10ms" } }
+
+        [services.mid]
+        [[services.mid.endpoints."GET /mid".calls]]
+        to = "db"
+        endpoint = "GET /q"
+        policy = { retry = { max_attempts = 1 } }
+
+        [services.db.endpoints."GET /q"]
+        "#,
+    );
+    let cfg = WhatIfConfig {
+        duration: Duration::from_secs(10),
+        injections: vec![Injection::parse("outage:db@0s+100s").expect("injection")],
+        ..WhatIfConfig::default()
+    };
+    let report = simulate(&g, &cfg);
+    assert_eq!(report.service("web").map(|s| s.requests), Some(100));
+    assert_eq!(report.service("mid").map(|s| s.requests), Some(300));
+}

@@ -190,10 +190,13 @@ impl<'p> World<'p> {
         match decision {
             Decision::Retry { delay, .. } => {
                 let at = now.saturating_add(crate::time::nanos(delay));
-                let token = self.requests.get(call)?.call_token;
                 if at == now {
                     return self.send(now, call);
                 }
+                // The call waits under a token of its own: the ended attempt's timer, still
+                // queued when its answer came first, must not time it out a second time.
+                let token = self.token();
+                self.requests.get_mut(call)?.call_token = token;
                 self.queue.push(at, pack(RETRY, call, token));
                 None
             }
