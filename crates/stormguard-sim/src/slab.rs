@@ -56,6 +56,17 @@ impl<T> Default for Slab<T> {
 }
 
 impl<T> Slab<T> {
+    /// The bytes one slot takes: a value's own size when the free-slot link fits in bytes
+    /// the value leaves unused, more otherwise (a hot record sized to a cache line checks
+    /// that its slot is too).
+    ///
+    /// ```
+    /// use stormguard_sim::slab::Slab;
+    /// assert_eq!(Slab::<u64>::SLOT_BYTES, 16);
+    /// assert_eq!(Slab::<std::num::NonZeroU64>::SLOT_BYTES, 16);
+    /// ```
+    pub const SLOT_BYTES: usize = std::mem::size_of::<Entry<T>>();
+
     /// An empty slab.
     pub fn new() -> Self {
         Slab::default()

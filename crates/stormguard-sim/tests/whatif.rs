@@ -329,3 +329,36 @@ fn an_answered_attempt_is_not_timed_out_again_while_its_call_waits_to_retry() {
     assert_eq!(report.service("web").map(|s| s.requests), Some(100));
     assert_eq!(report.service("mid").map(|s| s.requests), Some(300));
 }
+
+#[test]
+fn a_breaker_opened_by_failures_stops_the_calls_to_a_downstream_that_is_down() {
+    let to_cdn = |breaker: &str| {
+        graph(&format!(
+            r#"
+            [services.web.endpoints."GET /"]
+            requests_per_sec = 10
+            [[services.web.endpoints."GET /".calls]]
+            to = "cdn"
+            endpoint = "GET /img"
+            policy = {{ retry = {{ max_attempts = 1 }}{breaker} }}
+
+            [services.cdn.endpoints."GET /img"]
+            "#
+        ))
+    };
+    let cfg = WhatIfConfig {
+        duration: Duration::from_secs(10),
+        injections: vec![Injection::parse("outage:cdn@0s+100s").expect("injection")],
+        ..WhatIfConfig::default()
+    };
+    let without = simulate(&to_cdn(""), &cfg);
+    assert_eq!(without.service("cdn").map(|s| s.requests), Some(100));
+    // Open after 10 failures (the window's count), for 5 s, then one probe, which fails.
+    let with = simulate(
+        &to_cdn(r#", breaker = { count = 10, open = "5s", probes = 1 }"#),
+        &cfg,
+    );
+    let sent = with.service("cdn").map_or(0, |s| s.requests);
+    assert!((10..=13).contains(&sent), "cdn saw {sent} of 100 calls");
+    assert_eq!(with.entry_success_rate, 0.0);
+}

@@ -220,6 +220,8 @@ impl<'p> World<'p> {
         let deadline = r.call_deadline;
         let remaining = || (deadline != NEVER).then(|| duration(deadline.saturating_sub(now)));
         let h = held(&mut self.calls, call)?;
+        // A run is only ever this call's: every way a call ends empties its `Held`.
+        debug_assert!(r.held || h.run.is_none(), "a run left over in slot {call}");
         let run = match &mut h.run {
             Some(run) => run,
             None => {

@@ -57,8 +57,8 @@
 //!   queue's buckets are a fixed-size array, filed into with no bounds check (about 0.6 %);
 //! - slab slots are written and dropped where they lie, never copied in or out: a request
 //!   that gets a worker at once is built in its slot ([`Slab::insert_with`] calls the
-//!   builder where the value goes; built aside and moved in, it cost a copy of its 48 bytes
-//!   and 1.3 % of the bench's instructions) and set to work there, and a slab's free list
+//!   builder where the value goes; built aside and moved in, it cost a copy of the record, 48
+//!   bytes then, and 1.3 % of the bench's instructions) and set to work there, and a slab's free list
 //!   lives in its free slots;
 //! - [`World::arrive`] returns one register, when the answer is known to come ([`NEVER`]:
 //!   not known). The rare refusal pushes its reply on the stack instead of returning it
@@ -205,9 +205,11 @@ struct Request<'p> {
     held: bool,
 }
 
-// A request's record is one cache line: a field added must take the room of another (or go
-// to `Held`). (Its slab entry is the same size: the free entry fits in its spare bytes.)
+// A request's record is one cache line, and so is its slab slot (the free slot's link fits
+// in the record's spare bytes): a field added must take the room of another (or go to
+// `Held`).
 const _: () = assert!(std::mem::size_of::<Request<'static>>() == 64);
+const _: () = assert!(Slab::<Request<'static>>::SLOT_BYTES == 64);
 
 /// What a call keeps apart from its request ([`Request`]): the run that took the request
 /// over when the first attempt did not succeed, and the breaker's permit with the time the
