@@ -2,10 +2,15 @@
 //!
 //! A host name can stand for several addresses (an IPv6 and an IPv4 one, or the replicas
 //! behind a DNS name). They are tried one after another, and each is given a share of what
-//! is left of the timeout: the remaining time divided by the addresses not yet tried. One
-//! outer timeout over the whole connect would let a first address that drops the SYN use
-//! all of it, so the next address, which might answer at once, would never be tried; an
-//! address that fails fast (refused, unreachable) leaves its share to the ones after it.
+//! is left of the timeout: the remaining time divided by the addresses not yet tried, but
+//! no less than [`MIN_SHARE`] while that much is left (Go's dialer splits its timeout the
+//! same way). One outer timeout over the whole connect would let a first address that drops
+//! the SYN use all of it, so the next address, which might answer at once, would never be
+//! tried; an address that fails fast (refused, unreachable) leaves its share to the ones
+//! after it. The floor keeps a host with many addresses from cutting each to less than a
+//! distant host's round trip, or than the kernel's first SYN retransmission (1 s): a few
+//! addresses are tried properly rather than every one too briefly. Addresses are not raced
+//! (no Happy Eyeballs): the proxy's upstreams are services, mostly one address each.
 
 use std::future::Future;
 use std::io;
@@ -25,6 +30,9 @@ pub(crate) type Connector = fn(&Authority, Duration) -> Connecting;
 
 /// A connect under way.
 pub(crate) type Connecting = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>>;
+
+/// The least time an address is given while that much of the connect timeout is left.
+pub(crate) const MIN_SHARE: Duration = Duration::from_secs(2);
 
 /// The error of a connect given up after `after`.
 pub(crate) fn connect_timed_out(after: Duration) -> io::Error {
@@ -55,8 +63,9 @@ pub(crate) fn tcp_connect(authority: &Authority, within: Duration) -> Connecting
     })
 }
 
-/// Tries `addresses` in order with `connect`, each within the time left before `deadline`
-/// divided by the addresses left to try; the first connection made, else the last error.
+/// Tries `addresses` in order with `connect`, each within its share of the time left before
+/// `deadline` (see the module docs); the first connection made, else the last error (an
+/// address not tried for want of time adds none).
 async fn first_to_connect<C, F>(
     addresses: &[SocketAddr],
     deadline: Instant,
@@ -72,12 +81,23 @@ where
     );
     for (tried, &address) in addresses.iter().enumerate() {
         let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
         // `tried < addresses.len()`, so the divisor is at least 1.
-        let share = left / (addresses.len() - tried) as u32;
+        let untried = u32::try_from(addresses.len() - tried).unwrap_or(u32::MAX);
+        let share = (left / untried).max(left.min(MIN_SHARE));
         match tokio::time::timeout(share, connect(address)).await {
             Ok(Ok(stream)) => return Ok(stream),
             Ok(Err(error)) => last_error = error,
-            Err(_) => last_error = connect_timed_out(share),
+            Err(_) => {
+                last_error = io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "{address}: no connection within its share ({share:?}) of the connect timeout"
+                    ),
+                )
+            }
         }
     }
     Err(last_error)
@@ -124,7 +144,7 @@ mod tests {
         let answering = listener.local_addr().expect("bound");
         let tried = Mutex::new(Vec::new());
         let started = Instant::now();
-        let deadline = started + Duration::from_secs(3);
+        let deadline = started + Duration::from_secs(10);
         let stream = first_to_connect(&[SILENT, answering], deadline, recording(&tried, started))
             .await
             .expect("the second address answers");
@@ -133,9 +153,9 @@ mod tests {
             *tried.lock().expect("no test thread panicked"),
             [
                 (SILENT, Duration::ZERO),
-                (answering, Duration::from_millis(1500))
+                (answering, Duration::from_secs(5))
             ],
-            "the first of two addresses gets half of the 3 s"
+            "the first of two addresses gets half of the 10 s"
         );
     }
 
@@ -143,7 +163,7 @@ mod tests {
     async fn a_refused_address_leaves_its_share_to_the_rest() {
         let tried = Mutex::new(Vec::new());
         let started = Instant::now();
-        let deadline = started + Duration::from_secs(3);
+        let deadline = started + Duration::from_secs(10);
         let error = first_to_connect(
             &[REFUSED, SILENT, SILENT],
             deadline,
@@ -151,29 +171,52 @@ mod tests {
         )
         .await
         .expect_err("nothing answers");
-        // The refusal took no time, so each silent address had half of the 3 s.
+        // The refusal took no time, so each silent address had half of the 10 s.
         assert_eq!(
             *tried.lock().expect("no test thread panicked"),
             [
                 (REFUSED, Duration::ZERO),
                 (SILENT, Duration::ZERO),
-                (SILENT, Duration::from_millis(1500))
+                (SILENT, Duration::from_secs(5))
             ]
         );
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(started.elapsed(), Duration::from_secs(3));
+        assert!(error.to_string().contains("127.0.0.1:2"), "{error}");
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_last_error_is_the_callers() {
         let tried = Mutex::new(Vec::new());
         let started = Instant::now();
-        let deadline = started + Duration::from_secs(3);
+        let deadline = started + Duration::from_secs(10);
         let error = first_to_connect(&[SILENT, REFUSED], deadline, recording(&tried, started))
             .await
             .expect_err("nothing answers");
         assert_eq!(error.kind(), io::ErrorKind::ConnectionRefused);
-        assert_eq!(started.elapsed(), Duration::from_millis(1500));
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_address_gets_the_floor_while_it_is_left_and_the_rest_go_untried() {
+        let tried = Mutex::new(Vec::new());
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(3);
+        let error = first_to_connect(
+            &[SILENT, SILENT, REFUSED],
+            deadline,
+            recording(&tried, started),
+        )
+        .await
+        .expect_err("nothing answers");
+        // A third of 3 s is under the 2 s floor: the first gets 2 s, the second the 1 s
+        // left (over its half of it), the third nothing.
+        assert_eq!(
+            *tried.lock().expect("no test thread panicked"),
+            [(SILENT, Duration::ZERO), (SILENT, Duration::from_secs(2))]
+        );
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
     }
 
     #[tokio::test(start_paused = true)]

@@ -73,8 +73,14 @@ fn connect_now(authority: &Authority, _: Duration) -> Connecting {
     Box::pin(std::future::ready(stream))
 }
 
-/// A host that drops the SYN: the connect never completes.
-fn never_answers(_: &Authority, _: Duration) -> Connecting {
+thread_local! {
+    /// The connect timeout [`never_answers`] was given last on this test's thread.
+    static GIVEN: std::cell::Cell<Option<Duration>> = const { std::cell::Cell::new(None) };
+}
+
+/// A host that drops the SYN: the connect never completes (it notes the timeout given).
+fn never_answers(_: &Authority, within: Duration) -> Connecting {
+    GIVEN.set(Some(within));
     Box::pin(std::future::pending())
 }
 
@@ -350,6 +356,7 @@ async fn a_route_connect_timeout_bounds_the_connect_instead_of_the_pools() {
         route,
         "the route's timeout, not the pool's 3 s"
     );
+    assert_eq!(GIVEN.get(), Some(route), "the connector splits the route's");
     let connect = error
         .downcast_ref::<ConnectError>()
         .expect("a connect error");
@@ -359,6 +366,7 @@ async fn a_route_connect_timeout_bounds_the_connect_instead_of_the_pools() {
     let started = Instant::now();
     pool.send(get("/"), None).await.expect_err("no connection");
     assert_eq!(started.elapsed(), SETTINGS.connect_timeout);
+    assert_eq!(GIVEN.get(), Some(SETTINGS.connect_timeout));
 }
 
 #[tokio::test(start_paused = true)]

@@ -467,7 +467,8 @@ mod tests {
         }
         for n in 0..=8 {
             for p in permutations(n) {
-                // Times with ties (i / 2), payloads telling them apart or not (i % 3).
+                // Times with ties (i / 2), broken by the payload (i % 3): every key distinct,
+                // as the queue's are (equal events could not be told apart anyway).
                 let mut run: Vec<(Nanos, u64)> = p
                     .iter()
                     .map(|&i| ((i / 2) as u64, (i % 3) as u64))
