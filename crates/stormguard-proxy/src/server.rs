@@ -70,7 +70,8 @@ pub(crate) async fn serve(
         connections.spawn(async move {
             let builder = auto::Builder::new(TokioExecutor::new());
             let connection = builder.serve_connection(TokioIo::new(stream), service);
-            if let Err(error) = watcher.watch(connection).await {
+            // The upstream connections its requests dial are polled by this task too.
+            if let Err(error) = crate::drive::driving(watcher.watch(connection)).await {
                 tracing::debug!(error = %error, "stormguard proxy: connection ended with an error");
             }
         });
