@@ -56,7 +56,6 @@
 mod admin;
 mod answer;
 mod config;
-mod drive;
 pub mod egress;
 pub mod fault_spec;
 mod forward;

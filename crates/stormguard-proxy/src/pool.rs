@@ -39,11 +39,9 @@
 //!   they have no idle connection and no request holds them: a caller that names many hosts
 //!   over time does not grow the map, or the number of sweep tasks, for ever.
 //!
-//! Connections are served by the task of the downstream connection whose request dialled them
-//! ([`crate::drive`]), else by a task spawned on the runtime of that request (with the
-//! current-thread runtime of `--workers 1`, the same thread); a request takes an idle
-//! connection its own downstream connection drives first. Idle times are read from tokio's
-//! clock, so tests drive expiry with paused time.
+//! Connections are served by a task spawned on the runtime of the request that dialled them
+//! (with the current-thread runtime of `--workers 1`, the same thread), and idle times are
+//! read from tokio's clock, so tests drive expiry with paused time.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -67,7 +65,6 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::config::PoolConfig;
-use crate::drive::{self, Home};
 use crate::forward::ForwardError;
 
 /// Opens the TCP connection to an authority: [`tcp_connect`] in the proxy. The tests give
@@ -178,7 +175,6 @@ pub(crate) struct UpstreamPool {
 struct Idle {
     sender: SendRequest<Body>,
     since: Instant,
-    home: Arc<Home>,
 }
 
 impl UpstreamPool {
@@ -232,10 +228,9 @@ impl UpstreamPool {
         // Started by the first request at the latest (one that fails to connect too, so that
         // the pool of a host that never answers leaves its map as well).
         self.start_sweeping();
-        let me = drive::current();
         loop {
-            let ((mut sender, home), reused) = match self.checkout(me) {
-                Some(checked_out) => (checked_out, true),
+            let (mut sender, reused) = match self.checkout() {
+                Some(sender) => (sender, true),
                 None => (self.dial(connect_timeout).await?, false),
             };
             // A fresh connection takes its first request at once; a pooled one may still be
@@ -245,7 +240,7 @@ impl UpstreamPool {
             }
             match sender.try_send_request(request).await {
                 Ok(response) => {
-                    let back = Some((sender, home, Arc::clone(self)));
+                    let back = Some((sender, Arc::clone(self)));
                     return Ok(response.map(|body| Body::new(PooledBody { body, back })));
                 }
                 Err(mut error) => match error.take_message() {
@@ -256,29 +251,21 @@ impl UpstreamPool {
         }
     }
 
-    /// After closing the expired idle connections, the most recently returned one that the
-    /// downstream connection `me` drives, else the most recently returned one (which `me`
-    /// adopts if it has no driver of its own), if still open; with its home.
-    fn checkout(&self, me: Option<usize>) -> Option<(SendRequest<Body>, Arc<Home>)> {
+    /// The most recently returned idle connection that is still open, after closing the
+    /// expired ones.
+    fn checkout(&self) -> Option<SendRequest<Body>> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         self.expire(&mut idle, Instant::now());
-        let mine = me.and_then(|_| idle.iter().rposition(|entry| entry.home.driven_by(me)));
-        if let Some(entry) = mine.and_then(|at| idle.remove(at)) {
-            if !entry.sender.is_closed() {
-                return Some((entry.sender, entry.home));
-            }
-        }
         while let Some(entry) = idle.pop_back() {
             if !entry.sender.is_closed() {
-                entry.home.adopt(me);
-                return Some((entry.sender, entry.home));
+                return Some(entry.sender);
             }
         }
         None
     }
 
     /// Puts a connection whose response ended back, unless it closed or the pool is full.
-    fn give_back(&self, sender: SendRequest<Body>, home: Arc<Home>) {
+    fn give_back(&self, sender: SendRequest<Body>) {
         if sender.is_closed() {
             return;
         }
@@ -287,7 +274,6 @@ impl UpstreamPool {
             idle.push_back(Idle {
                 sender,
                 since: Instant::now(),
-                home,
             });
         }
     }
@@ -301,12 +287,12 @@ impl UpstreamPool {
         }
     }
 
-    /// Connects within `connect_timeout` (the pool's own when `None`) and has the current
-    /// downstream connection drive the connection, else a task of its own ([`drive`]).
+    /// Connects within `connect_timeout` (the pool's own when `None`) and hands the
+    /// connection to a task of its own.
     async fn dial(
         &self,
         connect_timeout: Option<Duration>,
-    ) -> Result<(SendRequest<Body>, Arc<Home>), ForwardError> {
+    ) -> Result<SendRequest<Body>, ForwardError> {
         let after = connect_timeout.unwrap_or(self.settings.connect_timeout);
         let connect = (self.settings.connect)(&self.authority);
         let stream = match tokio::time::timeout(after, connect).await {
@@ -316,7 +302,12 @@ impl UpstreamPool {
         };
         stream.set_nodelay(true)?;
         let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
-        Ok((sender, drive::drive(connection)))
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "stormguard proxy: upstream connection ended with an error");
+            }
+        });
+        Ok(sender)
     }
 
     fn connect_error(&self, error: io::Error) -> ForwardError {
@@ -379,13 +370,13 @@ async fn sweep(pool: Weak<UpstreamPool>) {
 /// A response body that returns its connection to the pool when it ends.
 struct PooledBody {
     body: Incoming,
-    back: Option<(SendRequest<Body>, Arc<Home>, Arc<UpstreamPool>)>,
+    back: Option<(SendRequest<Body>, Arc<UpstreamPool>)>,
 }
 
 impl PooledBody {
     fn give_back(&mut self) {
-        if let Some((sender, home, pool)) = self.back.take() {
-            pool.give_back(sender, home);
+        if let Some((sender, pool)) = self.back.take() {
+            pool.give_back(sender);
         }
     }
 }

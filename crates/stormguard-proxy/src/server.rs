@@ -70,8 +70,7 @@ pub(crate) async fn serve(
         connections.spawn(async move {
             let builder = auto::Builder::new(TokioExecutor::new());
             let connection = builder.serve_connection(TokioIo::new(stream), service);
-            // The upstream connections its requests dial are polled by this task too.
-            if let Err(error) = crate::drive::driving(watcher.watch(connection)).await {
+            if let Err(error) = watcher.watch(connection).await {
                 tracing::debug!(error = %error, "stormguard proxy: connection ended with an error");
             }
         });
