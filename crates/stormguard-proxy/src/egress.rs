@@ -52,19 +52,41 @@ use crate::upstream::Upstream;
 #[derive(Clone)]
 struct Transport(Either<Forward, Fault<Forward>>);
 
-impl Service<Request<ReplayBody<Incoming>>> for Transport {
+/// The request the stack hands the transport.
+type Attempt = Request<ReplayBody<Incoming>>;
+
+impl Service<Attempt> for Transport {
     type Response = Response<Body>;
     type Error = TransportError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, TransportError>> + Send>>;
+    type Future = Sent;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TransportError>> {
-        Service::<Request<ReplayBody<Incoming>>>::poll_ready(&mut self.0, cx)
-            .map_err(TransportError)
+        Service::<Attempt>::poll_ready(&mut self.0, cx).map_err(TransportError)
     }
 
-    fn call(&mut self, request: Request<ReplayBody<Incoming>>) -> Self::Future {
-        let call = self.0.call(request);
-        Box::pin(async move { call.await.map_err(TransportError) })
+    fn call(&mut self, request: Attempt) -> Sent {
+        match &mut self.0 {
+            Either::Left(forward) => Sent::Forward(forward.call(request)),
+            Either::Right(fault) => Sent::Fault(Box::pin(fault.call(request))),
+        }
+    }
+}
+
+/// An attempt under way: the forwarder's future as it is (a box already: one allocation per
+/// attempt, not two), or the fault injector's, boxed (a drill's).
+enum Sent {
+    Forward(<Forward as Service<Attempt>>::Future),
+    Fault(Pin<Box<<Fault<Forward> as Service<Attempt>>::Future>>),
+}
+
+impl Future for Sent {
+    type Output = Result<Response<Body>, TransportError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut *self {
+            Sent::Forward(sent) => sent.as_mut().poll(cx).map_err(TransportError),
+            Sent::Fault(sent) => sent.as_mut().poll(cx).map_err(TransportError),
+        }
     }
 }
 
