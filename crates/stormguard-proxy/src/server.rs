@@ -7,7 +7,9 @@
 //! the requests it has (HTTP/1.1 closes after the response in progress, HTTP/2 sends
 //! `GOAWAY`), and whatever is still open when the drain bound passes is cut.
 
+use std::cell::RefCell;
 use std::convert::Infallible;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -16,11 +18,11 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tower::util::BoxCloneService;
+use tower::{Service, ServiceExt};
 
 /// What a proxy serves: every request gets a response (the proxy's own answer when the
 /// upstream gave none).
@@ -65,7 +67,7 @@ pub(crate) async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(service.clone());
+        let service = Serve(RefCell::new(service.clone()));
         let watcher = graceful.watcher();
         connections.spawn(async move {
             let builder = auto::Builder::new(TokioExecutor::new());
@@ -80,4 +82,26 @@ pub(crate) async fn serve(
         let _ = tokio::time::timeout(bound, graceful.shutdown()).await;
     }
     // `connections` is dropped here: whatever is still open is cut.
+}
+
+/// One connection's copy of the proxy's service, called in place. hyper calls a service
+/// through `&self`, so hyper-util's adapter (`TowerToHyperService`) clones the tower service
+/// for every request: for a boxed service that is an allocation, and a clone of everything
+/// the service holds. A connection's requests are called one at a time from its own task, so
+/// a cell lets each call use the connection's copy; only a service that is not ready at once
+/// (none of the proxy's are) falls back to a clone that waits for readiness.
+struct Serve(RefCell<ProxyService>);
+
+impl hyper::service::Service<Request<Incoming>> for Serve {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = <ProxyService as Service<Request<Incoming>>>::Future;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let mut service = self.0.borrow_mut();
+        match service.poll_ready(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(Ok(())) => service.call(request),
+            Poll::Pending => Box::pin(service.clone().oneshot(request)),
+        }
+    }
 }
