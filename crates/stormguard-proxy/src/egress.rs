@@ -36,14 +36,14 @@ use stormguard_tower::fault::Fault;
 use stormguard_tower::observe::Telemetry;
 use stormguard_tower::wire::BoxError;
 use tower::util::Either;
-use tower::{Layer, Service, ServiceExt, service_fn};
+use tower::{Layer, Service, service_fn};
 
 use crate::ProxyError;
 use crate::answer::Caller;
 use crate::config::{EgressConfig, PolicySource, PoolConfig};
 use crate::forward::Forward;
 use crate::pool::PoolSettings;
-use crate::server::ProxyService;
+use crate::server::{ProxyService, call_in_place};
 use crate::upstream::Upstream;
 
 /// The transport under the stack: the forwarder, with the fault injector in front of it
@@ -144,12 +144,12 @@ pub(crate) fn build(
         None => Either::Left(forward),
     };
     let transport = Transport(either);
-    let client = layer.layer(transport);
+    let mut client = layer.layer(transport);
     let service = service_fn(move |request: Request<Incoming>| {
         let caller = Caller::of(request.headers());
         let looped = crate::via::passed_here(request.headers(), &via)
             || (!fixed && crate::via::names_self(&request, listen));
-        let call = (!looped).then(|| client.clone().oneshot(request));
+        let call = (!looped).then(|| call_in_place(&mut client, request));
         async move {
             let Some(call) = call else {
                 return Ok::<_, Infallible>(crate::answer::looped(&caller));
