@@ -36,14 +36,14 @@ use stormguard_tower::fault::Fault;
 use stormguard_tower::observe::Telemetry;
 use stormguard_tower::wire::BoxError;
 use tower::util::Either;
-use tower::{Layer, Service, ServiceExt, service_fn};
+use tower::{Layer, Service, service_fn};
 
 use crate::ProxyError;
 use crate::answer::Caller;
 use crate::config::{EgressConfig, PolicySource, PoolConfig};
 use crate::forward::Forward;
 use crate::pool::PoolSettings;
-use crate::server::ProxyService;
+use crate::server::{ProxyService, call_in_place};
 use crate::upstream::Upstream;
 
 /// The transport under the stack: the forwarder, with the fault injector in front of it
@@ -52,19 +52,41 @@ use crate::upstream::Upstream;
 #[derive(Clone)]
 struct Transport(Either<Forward, Fault<Forward>>);
 
-impl Service<Request<ReplayBody<Incoming>>> for Transport {
+/// The request the stack hands the transport.
+type Attempt = Request<ReplayBody<Incoming>>;
+
+impl Service<Attempt> for Transport {
     type Response = Response<Body>;
     type Error = TransportError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, TransportError>> + Send>>;
+    type Future = Sent;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TransportError>> {
-        Service::<Request<ReplayBody<Incoming>>>::poll_ready(&mut self.0, cx)
-            .map_err(TransportError)
+        Service::<Attempt>::poll_ready(&mut self.0, cx).map_err(TransportError)
     }
 
-    fn call(&mut self, request: Request<ReplayBody<Incoming>>) -> Self::Future {
-        let call = self.0.call(request);
-        Box::pin(async move { call.await.map_err(TransportError) })
+    fn call(&mut self, request: Attempt) -> Sent {
+        match &mut self.0 {
+            Either::Left(forward) => Sent::Forward(forward.call(request)),
+            Either::Right(fault) => Sent::Fault(Box::pin(fault.call(request))),
+        }
+    }
+}
+
+/// An attempt under way: the forwarder's future as it is (a box already: one allocation per
+/// attempt, not two), or the fault injector's, boxed (a drill's).
+enum Sent {
+    Forward(<Forward as Service<Attempt>>::Future),
+    Fault(Pin<Box<<Fault<Forward> as Service<Attempt>>::Future>>),
+}
+
+impl Future for Sent {
+    type Output = Result<Response<Body>, TransportError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut *self {
+            Sent::Forward(sent) => sent.as_mut().poll(cx).map_err(TransportError),
+            Sent::Fault(sent) => sent.as_mut().poll(cx).map_err(TransportError),
+        }
     }
 }
 
@@ -122,12 +144,12 @@ pub(crate) fn build(
         None => Either::Left(forward),
     };
     let transport = Transport(either);
-    let client = layer.layer(transport);
+    let mut client = layer.layer(transport);
     let service = service_fn(move |request: Request<Incoming>| {
         let caller = Caller::of(request.headers());
         let looped = crate::via::passed_here(request.headers(), &via)
             || (!fixed && crate::via::names_self(&request, listen));
-        let call = (!looped).then(|| client.clone().oneshot(request));
+        let call = (!looped).then(|| call_in_place(&mut client, request));
         async move {
             let Some(call) = call else {
                 return Ok::<_, Infallible>(crate::answer::looped(&caller));

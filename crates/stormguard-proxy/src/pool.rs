@@ -274,7 +274,11 @@ impl UpstreamPool {
             Err(_) => return Err(self.connect_error(connect_timed_out(after))),
         };
         stream.set_nodelay(true)?;
-        let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+        // One buffer per request, as the server's answers (`crate::server`).
+        let (sender, connection) = http1::Builder::new()
+            .writev(false)
+            .handshake(TokioIo::new(stream))
+            .await?;
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "stormguard proxy: upstream connection ended with an error");
