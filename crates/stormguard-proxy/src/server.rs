@@ -93,8 +93,11 @@ pub(crate) async fn serve(
 /// One connection's copy of the proxy's service, called in place. hyper calls a service
 /// through `&self`, so hyper-util's adapter (`TowerToHyperService`) clones the tower service
 /// for every request: for a boxed service that is an allocation, and a clone of everything
-/// the service holds. A connection's requests are called one at a time from its own task, so
-/// a cell lets each call use the connection's copy ([`call_in_place`]).
+/// the service holds. hyper calls a connection's service from the connection's own task, one
+/// call at a time (HTTP/2 streams too: their futures run concurrently afterwards, but each
+/// call returns before the next), and the borrow of the cell ends when `call` returns (the
+/// future it gives holds no borrow), so each call can use the connection's copy
+/// ([`call_in_place`]).
 struct Serve(RefCell<ProxyService>);
 
 impl hyper::service::Service<Request<Incoming>> for Serve {
@@ -108,18 +111,25 @@ impl hyper::service::Service<Request<Incoming>> for Serve {
 }
 
 /// `service`'s answer to `request`: called in place when the service is ready at once (the
-/// proxy's services always are: nothing under them holds requests back), else by a boxed
-/// clone that waits for readiness, as tower's `oneshot` on a clone would. In place saves the
-/// clone (reference counts, and an allocation for a boxed service) and a large future moved
-/// around with the service inside it.
+/// proxy's services always are: nothing under them holds requests back). A service not ready
+/// yet has registered to be woken — a limit's place in its semaphore's queue, say — so that
+/// very service goes with the request and waits (tower's `oneshot`), and a fresh clone takes
+/// its place; a clone sent instead would queue behind it and could wait for ever. A service
+/// whose readiness failed gives its error. In place saves the clone (reference counts, and
+/// an allocation for a boxed service) and a large future moved around with the service
+/// inside it.
 pub(crate) fn call_in_place<S, R>(service: &mut S, request: R) -> Called<S, R>
 where
     S: Service<R> + Clone,
 {
     match service.poll_ready(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(Ok(())) => Called::Now(service.call(request)),
-        // Not ready (or failed, which the clone's own readiness check reports).
-        _ => Called::Later(Box::pin(service.clone().oneshot(request))),
+        Poll::Ready(Err(error)) => Called::Failed(Some(error)),
+        Poll::Pending => {
+            let fresh = service.clone();
+            let waiting = std::mem::replace(service, fresh);
+            Called::Later(Box::pin(waiting.oneshot(request)))
+        }
     }
 }
 
@@ -127,12 +137,14 @@ where
 pub(crate) enum Called<S: Service<R>, R> {
     Now(S::Future),
     Later(Pin<Box<Oneshot<S, R>>>),
+    Failed(Option<S::Error>),
 }
 
 impl<S, R> Future for Called<S, R>
 where
     S: Service<R>,
     S::Future: Unpin,
+    S::Error: Unpin,
 {
     type Output = Result<S::Response, S::Error>;
 
@@ -140,57 +152,130 @@ where
         match self.get_mut() {
             Called::Now(future) => Pin::new(future).poll(cx),
             Called::Later(future) => future.as_mut().poll(cx),
+            Called::Failed(error) => match error.take() {
+                Some(error) => Poll::Ready(Err(error)),
+                None => panic!("`Called` polled after it completed"),
+            },
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::convert::Infallible;
-    use std::future::{Ready, ready};
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
     use std::task::{Context, Poll};
+    use std::time::Duration;
 
+    use tokio::sync::{OwnedSemaphorePermit, Semaphore};
     use tower::Service;
 
     use super::{Called, call_in_place};
 
-    /// Adds one; not ready on its first readiness check when built shut.
-    #[derive(Clone)]
-    struct Gate {
-        open: bool,
+    type Acquiring = Pin<Box<dyn Future<Output = OwnedSemaphorePermit> + Send>>;
+
+    /// Adds one, one request at a time: readiness takes the one permit (waiting in the
+    /// semaphore's queue, first come first served, as tower's concurrency limit does) and the
+    /// answer holds it until it is dropped. A clone has no place in the queue of its own.
+    struct OneAtATime {
+        semaphore: Arc<Semaphore>,
+        acquiring: Option<Acquiring>,
+        permit: Option<OwnedSemaphorePermit>,
     }
 
-    impl Service<u8> for Gate {
-        type Response = u8;
-        type Error = Infallible;
-        type Future = Ready<Result<u8, Infallible>>;
+    impl Clone for OneAtATime {
+        fn clone(&self) -> Self {
+            OneAtATime {
+                semaphore: Arc::clone(&self.semaphore),
+                acquiring: None,
+                permit: None,
+            }
+        }
+    }
 
-        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-            if self.open {
+    impl Service<u8> for OneAtATime {
+        type Response = (u8, OwnedSemaphorePermit);
+        type Error = &'static str;
+        type Future = std::future::Ready<Result<Self::Response, &'static str>>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), &'static str>> {
+            if self.permit.is_some() {
                 return Poll::Ready(Ok(()));
             }
-            self.open = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
+            let semaphore = Arc::clone(&self.semaphore);
+            let acquiring = self.acquiring.get_or_insert_with(|| {
+                Box::pin(async move { semaphore.acquire_owned().await.expect("never closed") })
+            });
+            let permit = std::task::ready!(acquiring.as_mut().poll(cx));
+            self.acquiring = None;
+            self.permit = Some(permit);
+            Poll::Ready(Ok(()))
         }
 
         fn call(&mut self, request: u8) -> Self::Future {
-            assert!(self.open, "called before it was ready");
-            ready(Ok(request + 1))
+            match self.permit.take() {
+                Some(permit) => std::future::ready(Ok((request + 1, permit))),
+                None => std::future::ready(Err("called before it was ready")),
+            }
+        }
+    }
+
+    fn one_at_a_time() -> OneAtATime {
+        OneAtATime {
+            semaphore: Arc::new(Semaphore::new(1)),
+            acquiring: None,
+            permit: None,
         }
     }
 
     #[tokio::test]
     async fn a_ready_service_is_called_in_place() {
-        let called = call_in_place(&mut Gate { open: true }, 1);
+        let called = call_in_place(&mut one_at_a_time(), 1);
         assert!(matches!(called, Called::Now(_)));
-        assert_eq!(called.await, Ok(2));
+        assert_eq!(called.await.map(|(n, _)| n), Ok(2));
+    }
+
+    /// Paused time: a request that waited for ever would let the clock jump to the timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_service_not_ready_at_once_waits_with_its_place_in_the_queue() {
+        let mut service = one_at_a_time();
+        let (first, held) = call_in_place(&mut service, 1).await.expect("ready at once");
+        assert_eq!(first, 2);
+        let second = call_in_place(&mut service, 2);
+        assert!(matches!(second, Called::Later(_)));
+        let answer = tokio::spawn(tokio::time::timeout(Duration::from_secs(5), second));
+        tokio::task::yield_now().await;
+        // The first answer is done: its permit goes to the first in the queue, the request
+        // that waited, which must be the one holding that place.
+        drop(held);
+        let answer = answer
+            .await
+            .expect("no panic")
+            .expect("answered, not stuck");
+        assert_eq!(answer.map(|(n, _)| n), Ok(3));
+        // The connection's copy, a fresh clone, serves the next request.
+        let third = call_in_place(&mut service, 3);
+        assert!(matches!(third, Called::Now(_)));
     }
 
     #[tokio::test]
-    async fn a_service_not_ready_at_once_is_called_when_ready() {
-        let called = call_in_place(&mut Gate { open: false }, 1);
-        assert!(matches!(called, Called::Later(_)));
-        assert_eq!(called.await, Ok(2));
+    async fn a_failed_readiness_is_the_callers_error() {
+        #[derive(Clone)]
+        struct Broken;
+        impl Service<u8> for Broken {
+            type Response = u8;
+            type Error = &'static str;
+            type Future = std::future::Ready<Result<u8, &'static str>>;
+            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), &'static str>> {
+                Poll::Ready(Err("broken"))
+            }
+            fn call(&mut self, _: u8) -> Self::Future {
+                std::future::ready(Ok(0))
+            }
+        }
+        let called = call_in_place(&mut Broken, 1);
+        assert!(matches!(called, Called::Failed(_)));
+        assert_eq!(called.await, Err("broken"));
     }
 }
