@@ -34,7 +34,7 @@ use crate::answer::Caller;
 use crate::config::{IngressConfig, PoolConfig};
 use crate::forward::Forward;
 use crate::pool::PoolSettings;
-use crate::server::ProxyService;
+use crate::server::{ProxyService, call_in_place};
 use crate::upstream::Upstream;
 
 /// A built ingress: its service, and its limit for the admin port.
@@ -81,11 +81,11 @@ pub(crate) fn build(
     };
     let deadline = config.deadline.validate()?.layer(admitted);
     let service = deadline.map_request(|request: Request<Incoming>| request.map(Body::new));
-    let service = service.map_response(|response| response.map(Body::new));
+    let mut service = service.map_response(|response| response.map(Body::new));
     let guarded = service_fn(move |request: Request<Incoming>| {
         let caller = Caller::of(request.headers());
         let looped = crate::via::passed_here(request.headers(), &via);
-        let call = (!looped).then(|| service.clone().oneshot(request));
+        let call = (!looped).then(|| call_in_place(&mut service, request));
         async move {
             match call {
                 Some(call) => call.await,
