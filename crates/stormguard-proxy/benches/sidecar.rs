@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo bench -p stormguard-proxy --bench sidecar            # 5 s per load phase
-//! cargo bench -p stormguard-proxy --bench sidecar -- --seconds 10
+//! cargo bench -p stormguard-proxy --bench sidecar -- --seconds 10 --rounds 5
 //! ```
 //!
 //! Needs `haproxy`, `nginx` and `wrk` on PATH (Debian: `apt-get install -y haproxy
@@ -13,7 +13,11 @@
 //! For each of direct / stormguard / HAProxy / nginx:
 //!
 //! 1. **max req/s**: `wrk -t1 -c64` for the phase; the proxy's CPU time (utime + stime from
-//!    `/proc`) over the phase gives CPU-ms per 1,000 requests; RSS is read after it.
+//!    `/proc`) over the phase gives CPU-ms per 1,000 requests; RSS is read after it. The
+//!    targets take turns for `--rounds` rounds (3 by default) and the table gives each one's
+//!    median: a shared machine's speed drifts within minutes, and one pass over the targets
+//!    in a row let that drift decide the ratio between them (each round's figures, and
+//!    stormguard's ratio to HAProxy in it, are printed as they come).
 //! 2. **latency at a fixed rate** of 50 % of HAProxy's max (this binary's own open-loop
 //!    generator, `--role load`, in the manner of wrk2: 64 keep-alive connections, request
 //!    *i* scheduled at *i* / rate, latency measured from each request's *scheduled* send time,
@@ -88,7 +92,10 @@ fn main() -> BoxResult<()> {
             flag("--connections").map_or(Ok(LOAD_CONNECTIONS), |c| c.parse())?,
         ),
         Some(other) => Err(format!("unknown role {other}").into()),
-        None => orchestrate(flag("--seconds").map_or(Ok(5), |s| s.parse())?),
+        None => orchestrate(
+            flag("--seconds").map_or(Ok(5), |s| s.parse())?,
+            flag("--rounds").map_or(Ok(3), |r| r.parse())?,
+        ),
     }
 }
 
@@ -233,6 +240,17 @@ struct Row {
     post: Option<f64>,
 }
 
+/// The median of `values` (the mean of the middle two for an even count; 0 for none).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
 fn free_port() -> BoxResult<u16> {
     Ok(StdListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -362,7 +380,7 @@ fn generate(
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
-fn orchestrate(seconds: u64) -> BoxResult<()> {
+fn orchestrate(seconds: u64, rounds: usize) -> BoxResult<()> {
     let me = std::env::current_exe()?;
     let dir = std::env::temp_dir().join(format!("stormguard-sidecar-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -476,23 +494,41 @@ fn orchestrate(seconds: u64) -> BoxResult<()> {
 
     let mut rows: BTreeMap<&str, Row> = BTreeMap::new();
     let have_wrk = on_path("wrk");
-    // 1. max throughput, CPU, RSS
+    // 1. max throughput, CPU, RSS: the targets in turn, `rounds` times; medians.
+    let mut maxima: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut cpu: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for round in 1..=rounds.max(1) {
+        for t in &targets {
+            let pids = t.child.as_ref().map(|c| family(c.id())).unwrap_or_default();
+            let before = cpu_ticks(&pids);
+            if have_wrk {
+                let (rps, requests) = wrk(t.port, seconds)?;
+                maxima.entry(t.name).or_default().push(rps);
+                if !pids.is_empty() && requests > 0 {
+                    let ms = (cpu_ticks(&pids) - before) as f64 * 10.0;
+                    cpu.entry(t.name)
+                        .or_default()
+                        .push(ms / requests as f64 * 1000.0);
+                }
+            }
+            if !pids.is_empty() {
+                rows.entry(t.name).or_default().rss_kib = Some(rss_kib(&pids));
+            }
+            let rps = maxima.get(t.name).and_then(|m| m.last()).unwrap_or(&0.0);
+            println!("max: round {round} {} {rps:.0} req/s", t.name);
+        }
+        let last = |name| maxima.get(name).and_then(|m| m.last()).copied();
+        if let (Some(ours), Some(theirs)) = (last("stormguard"), last("haproxy")) {
+            println!(
+                "max: round {round} stormguard / haproxy {:.2}x",
+                ours / theirs
+            );
+        }
+    }
     for t in &targets {
         let row = rows.entry(t.name).or_default();
-        let pids = t.child.as_ref().map(|c| family(c.id())).unwrap_or_default();
-        let before = cpu_ticks(&pids);
-        if have_wrk {
-            let (rps, requests) = wrk(t.port, seconds)?;
-            row.max_rps = rps;
-            if !pids.is_empty() && requests > 0 {
-                let ms = (cpu_ticks(&pids) - before) as f64 * 10.0;
-                row.cpu_ms_per_1k = Some(ms / requests as f64 * 1000.0);
-            }
-        }
-        if !pids.is_empty() {
-            row.rss_kib = Some(rss_kib(&pids));
-        }
-        println!("max: {} {:.0} req/s", t.name, row.max_rps);
+        row.max_rps = maxima.get(t.name).map_or(0.0, |m| median(m));
+        row.cpu_ms_per_1k = cpu.get(t.name).map(|c| median(c));
     }
     // 2. latency at 50 % of HAProxy's max (or of the direct max without HAProxy)
     let reference = rows
@@ -566,7 +602,9 @@ fn orchestrate(seconds: u64) -> BoxResult<()> {
             opt(row.post, 3),
         );
     }
-    println!("\nfixed rate {rate} req/s for {seconds} s; latency added over direct in parentheses");
+    println!(
+        "\nmax req/s and CPU: medians of {rounds} rounds; fixed rate {rate} req/s for {seconds} s; latency added over direct in parentheses"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
