@@ -103,10 +103,20 @@ where
     Err(last_error)
 }
 
+/// A connect already made with a blocking connect (on loopback, done or refused at once), so
+/// the future is ready: the tests' connector.
+#[cfg(test)]
+pub(crate) fn connected_at_once(address: impl std::net::ToSocketAddrs) -> Connecting {
+    let stream = std::net::TcpStream::connect(address).and_then(|stream| {
+        stream.set_nonblocking(true)?;
+        TcpStream::from_std(stream)
+    });
+    Box::pin(std::future::ready(stream))
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::{Ipv4Addr, TcpListener};
-    use std::sync::Mutex;
 
     use super::*;
 
@@ -116,41 +126,40 @@ mod tests {
     /// An address that stands for a host dropping the SYN: the fake connect never ends.
     const SILENT: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 2);
 
-    /// Connects with a blocking connect (on loopback, done or refused at once), except to
-    /// [`SILENT`], which never answers; records each address tried and when.
-    fn recording(
-        tried: &Mutex<Vec<(SocketAddr, Duration)>>,
-        started: Instant,
-    ) -> impl Fn(SocketAddr) -> Connecting + '_ {
-        move |address| {
+    /// What trying `addresses` within `within` (on paused time) came to: the result, each
+    /// address tried with when it was tried, and the time it all took. Connects at once,
+    /// except to [`SILENT`], which never answers.
+    async fn tried_in_turn(
+        addresses: &[SocketAddr],
+        within: Duration,
+    ) -> (io::Result<TcpStream>, Vec<(SocketAddr, Duration)>, Duration) {
+        let tried = std::sync::Mutex::new(Vec::new());
+        let started = Instant::now();
+        let result = first_to_connect(addresses, started + within, |address| {
             tried
                 .lock()
                 .expect("no test thread panicked")
                 .push((address, started.elapsed()));
             if address == SILENT {
-                return Box::pin(std::future::pending());
+                Box::pin(std::future::pending()) as Connecting
+            } else {
+                connected_at_once(address)
             }
-            let stream = std::net::TcpStream::connect(address).and_then(|stream| {
-                stream.set_nonblocking(true)?;
-                TcpStream::from_std(stream)
-            });
-            Box::pin(std::future::ready(stream))
-        }
+        })
+        .await;
+        let tried = tried.into_inner().expect("no test thread panicked");
+        (result, tried, started.elapsed())
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_first_address_leaves_the_next_its_share() {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a loopback port");
         let answering = listener.local_addr().expect("bound");
-        let tried = Mutex::new(Vec::new());
-        let started = Instant::now();
-        let deadline = started + Duration::from_secs(10);
-        let stream = first_to_connect(&[SILENT, answering], deadline, recording(&tried, started))
-            .await
-            .expect("the second address answers");
+        let (stream, tried, _) = tried_in_turn(&[SILENT, answering], Duration::from_secs(10)).await;
+        let stream = stream.expect("the second address answers");
         assert_eq!(stream.peer_addr().expect("connected"), answering);
         assert_eq!(
-            *tried.lock().expect("no test thread panicked"),
+            tried,
             [
                 (SILENT, Duration::ZERO),
                 (answering, Duration::from_secs(5))
@@ -161,19 +170,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_refused_address_leaves_its_share_to_the_rest() {
-        let tried = Mutex::new(Vec::new());
-        let started = Instant::now();
-        let deadline = started + Duration::from_secs(10);
-        let error = first_to_connect(
-            &[REFUSED, SILENT, SILENT],
-            deadline,
-            recording(&tried, started),
-        )
-        .await
-        .expect_err("nothing answers");
+        let (result, tried, took) =
+            tried_in_turn(&[REFUSED, SILENT, SILENT], Duration::from_secs(10)).await;
+        let error = result.expect_err("nothing answers");
         // The refusal took no time, so each silent address had half of the 10 s.
         assert_eq!(
-            *tried.lock().expect("no test thread panicked"),
+            tried,
             [
                 (REFUSED, Duration::ZERO),
                 (SILENT, Duration::ZERO),
@@ -182,41 +184,30 @@ mod tests {
         );
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
         assert!(error.to_string().contains("127.0.0.1:2"), "{error}");
-        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        assert_eq!(took, Duration::from_secs(10));
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_last_error_is_the_callers() {
-        let tried = Mutex::new(Vec::new());
-        let started = Instant::now();
-        let deadline = started + Duration::from_secs(10);
-        let error = first_to_connect(&[SILENT, REFUSED], deadline, recording(&tried, started))
-            .await
-            .expect_err("nothing answers");
+        let (result, _, took) = tried_in_turn(&[SILENT, REFUSED], Duration::from_secs(10)).await;
+        let error = result.expect_err("nothing answers");
         assert_eq!(error.kind(), io::ErrorKind::ConnectionRefused);
-        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        assert_eq!(took, Duration::from_secs(5));
     }
 
     #[tokio::test(start_paused = true)]
     async fn each_address_gets_the_floor_while_it_is_left_and_the_rest_go_untried() {
-        let tried = Mutex::new(Vec::new());
-        let started = Instant::now();
-        let deadline = started + Duration::from_secs(3);
-        let error = first_to_connect(
-            &[SILENT, SILENT, REFUSED],
-            deadline,
-            recording(&tried, started),
-        )
-        .await
-        .expect_err("nothing answers");
+        let (result, tried, took) =
+            tried_in_turn(&[SILENT, SILENT, REFUSED], Duration::from_secs(3)).await;
+        let error = result.expect_err("nothing answers");
         // A third of 3 s is under the 2 s floor: the first gets 2 s, the second the 1 s
         // left (over its half of it), the third nothing.
         assert_eq!(
-            *tried.lock().expect("no test thread panicked"),
+            tried,
             [(SILENT, Duration::ZERO), (SILENT, Duration::from_secs(2))]
         );
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(started.elapsed(), Duration::from_secs(3));
+        assert_eq!(took, Duration::from_secs(3));
     }
 
     #[tokio::test(start_paused = true)]

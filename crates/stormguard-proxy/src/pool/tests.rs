@@ -26,11 +26,10 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use stormguard::classify::Outcome;
 use stormguard_tower::wire::{ConnectError, classify_transport_error};
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::connect::Connecting;
+use super::connect::{Connecting, connected_at_once};
 use super::{PoolMap, PoolSettings, UpstreamPool};
 
 /// Runs `io`, which waits on the kernel, with the paused clock held still: tokio does not
@@ -66,11 +65,7 @@ async fn drain(response: Response<Body>) -> Bytes {
 /// Connects with a blocking connect (on loopback, done or refused at once), so the future it
 /// returns is ready.
 fn connect_now(authority: &Authority, _: Duration) -> Connecting {
-    let stream = std::net::TcpStream::connect(authority.as_str()).and_then(|stream| {
-        stream.set_nonblocking(true)?;
-        TcpStream::from_std(stream)
-    });
-    Box::pin(std::future::ready(stream))
+    connected_at_once(authority.as_str())
 }
 
 thread_local! {
