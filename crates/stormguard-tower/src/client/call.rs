@@ -72,7 +72,8 @@ where
         .headers
         .get(wire::REQUEST_ID)
         .and_then(|v| v.to_str().ok());
-    let info = CallInfo::new(&endpoint.name, &parts.method, protocol, request_id);
+    let info = CallInfo::new(&endpoint.name, &parts.method, protocol, request_id)
+        .with_metric_keys(&endpoint.metric_keys);
     let observer = CallObserver::new(&*shared.observer, info);
     let started = O::ENABLED.then(Instant::now);
 

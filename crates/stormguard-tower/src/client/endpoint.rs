@@ -42,7 +42,7 @@ use stormguard::policy::{EndpointPolicy, HedgeDelaySpec, PolicyError};
 use stormguard::retry::{Retrier, SeededRandom};
 use stormguard::throttle::AdaptiveThrottle;
 
-use crate::observe::{BreakerEvents, Observer};
+use crate::observe::{BreakerEvents, EndpointKeys, Observer};
 
 /// The window a percentile hedge reads when the endpoint has no breaker of its own.
 const HEDGE_WINDOW: HealthConfig = HealthConfig::count(1000);
@@ -64,6 +64,8 @@ pub(crate) struct Endpoint<O> {
     pub(crate) window: Option<Arc<HealthWindow>>,
     pub(crate) retrier: EndpointRetrier<O>,
     pub(crate) hedger: Option<Hedger<Arc<dyn RetryBudget>>>,
+    /// The keys of the metrics every call to this endpoint records.
+    pub(crate) metric_keys: EndpointKeys,
 }
 
 impl<O: Observer> Endpoint<O> {
@@ -195,6 +197,7 @@ impl<O: Observer> Builder<O> {
             }
         };
         Ok(Endpoint {
+            metric_keys: EndpointKeys::new(&name),
             name,
             policy,
             budget,

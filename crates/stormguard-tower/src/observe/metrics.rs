@@ -1,10 +1,19 @@
 //! Counters, gauges and histograms through the `metrics` facade (feature `metrics`).
+//!
+//! The metrics of every call (attempts, responses, requests, retries and their delays) are
+//! recorded with the endpoint's keys built once ([`metric_keys`](super::metric_keys) says
+//! why); the rare ones (refusals, breaker changes, hedges, fallbacks) build their key when
+//! they happen, with the `metrics` macros.
+
+use std::borrow::Cow;
+use std::sync::Arc;
 
 use metrics::{
-    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+    Key, SharedString, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge,
 };
 use stormguard::breaker::{BreakerState, StateChange};
 
+use super::metric_keys::{EndpointKeys, METADATA};
 use super::{AttemptEnd, AttemptStart, CallEnd, CallInfo, FallbackReason, HedgeEvent};
 use crate::metric_names::{
     ATTEMPT_DURATION, ATTEMPTS, BREAKER_STATE, BREAKER_TRANSITIONS, BUDGET_REFUSALS, CPU_ALLOWANCE,
@@ -91,25 +100,48 @@ fn endpoint(call: &CallInfo<'_>) -> String {
     call.endpoint.to_owned()
 }
 
+/// The call's endpoint keys: the endpoint's own, or built for this record when the call
+/// came without them (a [`CallInfo`] made outside the client stack).
+fn keys<'a>(call: &CallInfo<'a>) -> Cow<'a, EndpointKeys> {
+    match call.metric_keys {
+        Some(keys) => Cow::Borrowed(keys),
+        None => Cow::Owned(EndpointKeys::new(&Arc::from(call.endpoint))),
+    }
+}
+
+fn increment(key: &Key) {
+    metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA).increment(1));
+}
+
+fn record(key: &Key, value: f64) {
+    metrics::with_recorder(|recorder| recorder.register_histogram(key, &METADATA).record(value));
+}
+
 pub(super) fn attempt_started(call: &CallInfo<'_>, attempt: &AttemptStart) {
-    counter!(ATTEMPTS, "endpoint" => endpoint(call)).increment(1);
+    let keys = keys(call);
+    increment(&keys.attempts);
     if let Some((reason, delay)) = attempt.retry {
-        counter!(RETRIES, "endpoint" => endpoint(call), "reason" => reason.label()).increment(1);
-        histogram!(RETRY_DELAY, "endpoint" => endpoint(call)).record(delay.as_secs_f64());
+        increment(&keys.labelled(&keys.retries, reason.label(), || reason.label()));
+        record(&keys.retry_delay, delay.as_secs_f64());
     }
 }
 
 pub(super) fn attempt_ended(call: &CallInfo<'_>, attempt: &AttemptEnd) {
-    histogram!(ATTEMPT_DURATION, "endpoint" => endpoint(call))
-        .record(attempt.elapsed.as_secs_f64());
-    let code = attempt
-        .status
-        .map_or_else(|| "none".to_owned(), |status| status.as_str().to_owned());
-    counter!(RESPONSES, "endpoint" => endpoint(call), "code" => code).increment(1);
+    let keys = keys(call);
+    record(&keys.attempt_duration, attempt.elapsed.as_secs_f64());
+    let code = attempt.status.map_or(0, |status| status.as_u16());
+    increment(
+        &keys.labelled(&keys.responses, code, || match attempt.status {
+            Some(status) => SharedString::from(status.as_str().to_owned()),
+            None => SharedString::const_str("none"),
+        }),
+    );
 }
 
 pub(super) fn call_finished(call: &CallInfo<'_>, end: &CallEnd) {
-    counter!(REQUESTS, "endpoint" => endpoint(call), "outcome" => end.stop.label()).increment(1);
+    let keys = keys(call);
+    let outcome = end.stop.label();
+    increment(&keys.labelled(&keys.requests, outcome, || outcome));
 }
 
 pub(super) fn refused(call: &CallInfo<'_>, by: &'static str) {

@@ -71,6 +71,8 @@
 #[cfg(feature = "json-log")]
 mod json;
 #[cfg(feature = "metrics")]
+mod metric_keys;
+#[cfg(feature = "metrics")]
 mod metrics;
 #[cfg(feature = "tracing")]
 pub(crate) mod span;
@@ -87,7 +89,21 @@ use stormguard::retry::{RetryReason, StopReason};
 use crate::wire::Protocol;
 
 #[cfg(feature = "metrics")]
+pub(crate) use self::metric_keys::EndpointKeys;
+#[cfg(feature = "metrics")]
 pub use self::metrics::describe_metrics;
+
+/// Without the `metrics` feature an endpoint has no metric keys to keep.
+#[cfg(not(feature = "metrics"))]
+#[derive(Clone, Debug)]
+pub(crate) struct EndpointKeys;
+
+#[cfg(not(feature = "metrics"))]
+impl EndpointKeys {
+    pub(crate) fn new(_endpoint: &Arc<str>) -> Self {
+        EndpointKeys
+    }
+}
 
 /// The name of the span each attempt runs in (feature `tracing`).
 pub const SPAN_NAME: &str = "stormguard.attempt";
@@ -107,6 +123,9 @@ pub struct CallInfo<'a> {
     pub protocol: Protocol,
     /// The request's `x-request-id`, when it has a printable one.
     pub request_id: Option<&'a str>,
+    /// The endpoint's metric keys, when the client stack made this context.
+    #[cfg(feature = "metrics")]
+    metric_keys: Option<&'a EndpointKeys>,
 }
 
 impl<'a> CallInfo<'a> {
@@ -122,6 +141,22 @@ impl<'a> CallInfo<'a> {
             method,
             protocol,
             request_id,
+            #[cfg(feature = "metrics")]
+            metric_keys: None,
+        }
+    }
+
+    /// The same context, recorded with the endpoint's metric keys.
+    pub(crate) fn with_metric_keys(self, keys: &'a EndpointKeys) -> Self {
+        #[cfg(feature = "metrics")]
+        return CallInfo {
+            metric_keys: Some(keys),
+            ..self
+        };
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = keys;
+            self
         }
     }
 }
