@@ -338,7 +338,7 @@ where
         };
         #[cfg(feature = "tracing")]
         let future = tracing::Instrument::instrument(future, span);
-        future
+        Box::pin(future)
     }
 
     /// The request of `attempt` and the deadline it runs under, or why it cannot be sent:
