@@ -171,10 +171,15 @@ fn upstream(port: u16) -> BoxResult<()> {
 
 // ---------------------------------------------------------------- stormguard role
 
-/// The egress proxy on one thread (`stormguard proxy --workers 1`: tokio's current-thread
-/// runtime; `--multi` for the multi-thread runtime with one worker), a fixed upstream and
-/// the bench's policy.
+/// The egress proxy on one thread (`stormguard proxy --workers 1 --log warn`: tokio's
+/// current-thread runtime; `--multi` for the multi-thread runtime with one worker), a fixed
+/// upstream and the bench's policy. Its JSON log lines are filtered at `warn`, as the CLI's
+/// `--log warn` does: no line per request, like HAProxy and nginx here (no `log` line;
+/// `access_log off`).
 fn stormguard(port: u16, upstream: String, policy: PathBuf, multi: bool) -> BoxResult<()> {
+    if !stormguard_proxy::init_json_logs("warn") {
+        return Err("the JSON log subscriber could not be installed".into());
+    }
     let runtime = if multi {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
