@@ -68,9 +68,9 @@ where
     // retries, hedges, the observer and the fallback.
     let template = Template::of(&original);
     let parts = &template.parts;
-    let request_id = parts
-        .headers
-        .get(wire::REQUEST_ID)
+    let request_id = wire::carries(&parts.headers, &wire::REQUEST_ID)
+        .then(|| parts.headers.get(wire::REQUEST_ID))
+        .flatten()
         .and_then(|v| v.to_str().ok());
     let info = CallInfo::new(&endpoint.name, &parts.method, protocol, request_id)
         .with_metric_keys(&endpoint.metric_keys);

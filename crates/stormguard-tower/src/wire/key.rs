@@ -103,6 +103,9 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, Ke
 /// assert!(!has_idempotency_key(&headers));
 /// ```
 pub fn has_idempotency_key(headers: &HeaderMap) -> bool {
+    if !super::carries(headers, &IDEMPOTENCY_KEY) {
+        return false;
+    }
     let mut values = headers.get_all(&IDEMPOTENCY_KEY).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
         return false;
