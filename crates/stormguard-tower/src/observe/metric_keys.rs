@@ -16,93 +16,74 @@
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 
-use metrics::{Key, Label, Level, Metadata, SharedString};
+use metrics::{Key, Label, SharedString};
 
-use crate::metric_names::{ATTEMPT_DURATION, ATTEMPTS, REQUESTS, RESPONSES, RETRIES, RETRY_DELAY};
+use crate::metric_names::{ATTEMPT_DURATION, ATTEMPTS, RETRY_DELAY};
 
-/// The metadata the macros would give this module's records.
-pub(super) static METADATA: Metadata<'static> =
-    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
-
-/// Label values kept per metric: the outcomes, retry reasons and status codes one endpoint
-/// sees in practice fit.
-pub(super) const SLOTS: usize = 8;
+/// Label values kept per metric: the nine outcomes, four retry reasons, and the status codes
+/// one endpoint sees in practice.
+const SLOTS: usize = 16;
 
 /// One endpoint's keys for the metrics recorded on every call.
 #[derive(Clone, Debug)]
 pub(crate) struct EndpointKeys {
-    endpoint: SharedString,
+    /// The endpoint the keys are labelled with.
+    endpoint: Arc<str>,
     pub(super) attempts: Key,
     pub(super) attempt_duration: Key,
     pub(super) retry_delay: Key,
-    /// [`REQUESTS`] by `outcome`.
+    /// `stormguard_requests_total` by `outcome`.
     pub(super) requests: LabelledKeys<&'static str>,
-    /// [`RESPONSES`] by `code` (0 for `none`).
+    /// `stormguard_responses_total` by `code` (0 for `none`).
     pub(super) responses: LabelledKeys<u16>,
-    /// [`RETRIES`] by `reason`.
+    /// `stormguard_retries_total` by `reason`.
     pub(super) retries: LabelledKeys<&'static str>,
 }
 
 impl EndpointKeys {
     /// The keys of `endpoint`'s metrics.
     pub(crate) fn new(endpoint: &Arc<str>) -> Self {
-        let endpoint = SharedString::from(Arc::clone(endpoint));
-        let plain = |name: &'static str| {
-            Key::from_parts(name, vec![Label::new("endpoint", endpoint.clone())])
-        };
+        let label = SharedString::from(Arc::clone(endpoint));
+        let plain =
+            |name: &'static str| Key::from_parts(name, vec![Label::new("endpoint", label.clone())]);
         EndpointKeys {
             attempts: plain(ATTEMPTS),
             attempt_duration: plain(ATTEMPT_DURATION),
             retry_delay: plain(RETRY_DELAY),
-            requests: LabelledKeys::new(REQUESTS, "outcome"),
-            responses: LabelledKeys::new(RESPONSES, "code"),
-            retries: LabelledKeys::new(RETRIES, "reason"),
-            endpoint,
+            requests: LabelledKeys::new(),
+            responses: LabelledKeys::new(),
+            retries: LabelledKeys::new(),
+            endpoint: Arc::clone(endpoint),
         }
     }
 
-    /// The key of `keys`'s metric for the label value `id` (shown as `value()`).
-    pub(super) fn labelled<'k, T: Copy + PartialEq, V: Into<SharedString>>(
-        &self,
-        keys: &'k LabelledKeys<T>,
-        id: T,
-        value: impl Fn() -> V,
-    ) -> Cow<'k, Key> {
-        let build = || {
-            Key::from_parts(
-                keys.name,
-                vec![
-                    Label::new("endpoint", self.endpoint.clone()),
-                    Label::new(keys.label, value()),
-                ],
-            )
-        };
-        keys.get(id, build)
+    /// Whether these are `endpoint`'s keys: an observer may hand on a copy of the call's
+    /// context with another endpoint, and its metrics must carry that one.
+    pub(super) fn serve(&self, endpoint: &str) -> bool {
+        std::ptr::eq(self.endpoint.as_ptr(), endpoint.as_ptr())
+            && self.endpoint.len() == endpoint.len()
+            || *self.endpoint == *endpoint
     }
 }
 
 /// One metric's keys by a label value, kept for the first [`SLOTS`] values seen.
 #[derive(Clone, Debug)]
 pub(crate) struct LabelledKeys<T> {
-    name: &'static str,
-    label: &'static str,
     slots: [OnceLock<(T, Key)>; SLOTS],
 }
 
 impl<T: Copy + PartialEq> LabelledKeys<T> {
-    fn new(name: &'static str, label: &'static str) -> Self {
+    fn new() -> Self {
         LabelledKeys {
-            name,
-            label,
             slots: std::array::from_fn(|_| OnceLock::new()),
         }
     }
 
-    /// The key for `id`: the kept one, or kept now in the first free slot; built for this
-    /// record alone when every slot holds another value. Two threads filling the same free
-    /// slot with different values is harmless: only one fills it, and the other goes on to
-    /// the next slot.
-    fn get(&self, id: T, build: impl Fn() -> Key) -> Cow<'_, Key> {
+    /// The key for `id`: the kept one, or `build`'s kept now in the first free slot; built for
+    /// this record alone when every slot holds another value. Slots fill in order, so a value
+    /// is kept in one slot at most; two threads filling the same free slot with different
+    /// values is harmless: only one fills it, and the other goes on to the next slot.
+    pub(super) fn get(&self, id: T, build: impl Fn() -> Key) -> Cow<'_, Key> {
         for slot in &self.slots {
             let (kept, key) = slot.get_or_init(|| (id, build()));
             if *kept == id {
@@ -116,52 +97,96 @@ impl<T: Copy + PartialEq> LabelledKeys<T> {
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
     use http::{Method, StatusCode};
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
     use stormguard::classify::Outcome;
     use stormguard::retry::StopReason;
 
-    use super::{EndpointKeys, SLOTS};
-    use crate::observe::{AttemptEnd, CallEnd, CallInfo};
+    use super::{EndpointKeys, LabelledKeys, SLOTS};
+    use crate::metric_names::{ATTEMPT_DURATION, REQUESTS, RESPONSES};
+    use crate::observe::{AttemptEnd, CallEnd, CallInfo, metrics as record};
     use crate::wire::Protocol;
 
-    fn labels(key: &metrics::Key) -> Vec<String> {
+    fn labels(key: &Key) -> Vec<String> {
         key.labels()
             .map(|l| format!("{}={}", l.key(), l.value()))
             .collect()
     }
 
-    #[test]
-    fn a_value_keeps_its_key_and_one_past_the_slots_is_built_per_record() {
-        let keys = EndpointKeys::new(&Arc::from("GET /users"));
-        let codes: Vec<u16> = (0..SLOTS as u16).map(|i| 200 + i).collect();
-        let kept: Vec<*const metrics::Key> = codes
-            .iter()
-            .map(
-                |&code| match keys.labelled(&keys.responses, code, || code.to_string()) {
-                    Cow::Borrowed(key) => std::ptr::from_ref(key),
-                    Cow::Owned(key) => panic!("{code} not kept: {key:?}"),
-                },
-            )
-            .collect();
-        for (&code, &first) in codes.iter().zip(&kept) {
-            let again = keys.labelled(&keys.responses, code, || code.to_string());
-            assert!(matches!(again, Cow::Borrowed(key) if std::ptr::eq(key, first)));
-            assert_eq!(
-                labels(&again),
-                ["endpoint=GET /users".to_owned(), format!("code={code}")]
-            );
+    fn code_key(code: u16) -> Key {
+        Key::from_parts(
+            RESPONSES,
+            vec![metrics::Label::new("code", code.to_string())],
+        )
+    }
+
+    fn ended(status: Option<StatusCode>) -> AttemptEnd {
+        AttemptEnd {
+            number: 1,
+            elapsed: Duration::from_millis(250),
+            outcome: Outcome::Retryable,
+            timed_out: status.is_none(),
+            status,
+            grpc_status: None,
+            error_type: None,
         }
-        let past = keys.labelled(&keys.responses, 599, || "599");
-        assert!(matches!(past, Cow::Owned(_)));
-        assert_eq!(labels(&past), ["endpoint=GET /users", "code=599"]);
     }
 
     #[test]
-    fn keys_built_before_the_recorder_record_into_it_like_the_macros() {
+    fn a_value_keeps_its_key_and_one_past_the_slots_is_built_per_record() {
+        let keys = LabelledKeys::<u16>::new();
+        let codes: Vec<u16> = (0..SLOTS as u16).map(|i| 200 + i).collect();
+        let kept: Vec<*const Key> = codes
+            .iter()
+            .map(|&code| match keys.get(code, || code_key(code)) {
+                Cow::Borrowed(key) => std::ptr::from_ref(key),
+                Cow::Owned(key) => panic!("{code} not kept: {key:?}"),
+            })
+            .collect();
+        for (&code, &first) in codes.iter().zip(&kept) {
+            let again = keys.get(code, || panic!("{code} built twice"));
+            assert!(matches!(again, Cow::Borrowed(key) if std::ptr::eq(key, first)));
+            assert_eq!(labels(&again), [format!("code={code}")]);
+        }
+        let past = keys.get(599, || code_key(599));
+        assert!(matches!(past, Cow::Owned(_)));
+        assert_eq!(labels(&past), ["code=599"]);
+    }
+
+    #[test]
+    fn threads_filling_the_slots_at_once_keep_each_value_once_under_its_own_key() {
+        let keys = LabelledKeys::<u16>::new();
+        std::thread::scope(|scope| {
+            for thread in 0..8u16 {
+                let keys = &keys;
+                scope.spawn(move || {
+                    for i in 0..12u16 {
+                        let code = 200 + (i + thread) % 12;
+                        let key = keys.get(code, || code_key(code));
+                        assert_eq!(labels(&key), [format!("code={code}")]);
+                    }
+                });
+            }
+        });
+        let mut kept: Vec<u16> = keys
+            .slots
+            .iter()
+            .filter_map(|s| s.get().map(|(c, _)| *c))
+            .collect();
+        assert_eq!(kept.len(), 12, "{kept:?}");
+        kept.sort_unstable();
+        kept.dedup();
+        assert_eq!(kept.len(), 12, "a value kept in two slots");
+    }
+
+    #[test]
+    fn kept_keys_record_what_the_macros_record() {
         let keys = EndpointKeys::new(&Arc::from("pay"));
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
@@ -170,62 +195,104 @@ mod tests {
             let with_keys =
                 CallInfo::new("pay", &method, Protocol::Http, None).with_metric_keys(&keys);
             let without = CallInfo::new("pay", &method, Protocol::Http, None);
+            let mut renamed = with_keys;
+            renamed.endpoint = "refund";
+            let unavailable = Some(StatusCode::SERVICE_UNAVAILABLE);
             for (call, status) in [
-                (with_keys, Some(StatusCode::SERVICE_UNAVAILABLE)),
-                (without, Some(StatusCode::SERVICE_UNAVAILABLE)),
+                (with_keys, unavailable),
+                (without, unavailable),
+                (renamed, unavailable),
                 (with_keys, None),
             ] {
-                let end = AttemptEnd {
-                    number: 1,
-                    elapsed: Duration::from_millis(250),
-                    outcome: Outcome::Retryable,
-                    timed_out: status.is_none(),
-                    status,
-                    grpc_status: None,
-                    error_type: None,
-                };
-                super::super::metrics::attempt_ended(&call, &end);
+                record::attempt_ended(&call, &ended(status));
             }
+            metrics::counter!(RESPONSES, "endpoint" => "pay".to_owned(), "code" => "503")
+                .increment(1);
             let end = CallEnd {
                 attempts: 3,
                 stop: StopReason::AttemptsExhausted,
                 elapsed: Duration::from_secs(1),
                 marked_exhausted: true,
             };
-            super::super::metrics::call_finished(&with_keys, &end);
+            record::call_finished(&with_keys, &end);
         });
         let recorded: Vec<(String, Vec<String>, DebugValue)> = snapshotter
             .snapshot()
             .into_vec()
             .into_iter()
-            .map(|(key, _, _, value)| {
-                let key = key.key();
-                (key.name().to_owned(), labels(key), value)
-            })
+            .map(|(key, _, _, value)| (key.key().name().to_owned(), labels(key.key()), value))
             .collect();
-        let find = |name: &str, label: &str| {
+        let value = |name: &str, wanted: &[&str]| {
             recorded
                 .iter()
-                .find(|(n, l, _)| n == name && l.iter().any(|x| x == label))
-                .map(|(_, l, v)| (l.clone(), v))
+                .find(|(n, l, _)| n == name && l == wanted)
+                .map(|(_, _, v)| v)
         };
-        let code = |c: &str| find(super::RESPONSES, &format!("code={c}"));
+        // Kept keys, keys built per record and the macro's meet in one series.
         assert_eq!(
-            code("503"),
-            Some((
-                vec!["endpoint=pay".to_owned(), "code=503".to_owned()],
-                &DebugValue::Counter(2)
-            ))
+            value(RESPONSES, &["endpoint=pay", "code=503"]),
+            Some(&DebugValue::Counter(3))
         );
-        assert_eq!(code("none").map(|(_, v)| v), Some(&DebugValue::Counter(1)));
+        // A context handed on with another endpoint is labelled with that endpoint.
         assert_eq!(
-            find(super::REQUESTS, "outcome=attempts_exhausted").map(|(_, v)| v),
+            value(RESPONSES, &["endpoint=refund", "code=503"]),
             Some(&DebugValue::Counter(1))
         );
-        let durations = find(super::ATTEMPT_DURATION, "endpoint=pay").map(|(_, v)| v);
+        assert_eq!(
+            value(RESPONSES, &["endpoint=pay", "code=none"]),
+            Some(&DebugValue::Counter(1))
+        );
+        assert_eq!(
+            value(REQUESTS, &["endpoint=pay", "outcome=attempts_exhausted"]),
+            Some(&DebugValue::Counter(1))
+        );
+        let durations = value(ATTEMPT_DURATION, &["endpoint=pay"]);
         assert!(
-            matches!(&durations, Some(DebugValue::Histogram(v)) if v.len() == 3),
+            matches!(durations, Some(DebugValue::Histogram(v)) if v.len() == 3),
             "{durations:?}"
         );
+    }
+
+    /// Keeps the target of every counter registered.
+    #[derive(Default)]
+    struct Targets(Mutex<Vec<String>>);
+
+    impl Recorder for Targets {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, _: &Key, metadata: &Metadata<'_>) -> Counter {
+            let mut targets = self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            targets.push(format!("{} {:?}", metadata.target(), metadata.level()));
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn kept_keys_record_with_the_macros_target_and_level() {
+        let keys = EndpointKeys::new(&Arc::from("pay"));
+        let targets = Targets::default();
+        metrics::with_local_recorder(&targets, || {
+            let method = Method::GET;
+            let call = CallInfo::new("pay", &method, Protocol::Http, None).with_metric_keys(&keys);
+            record::attempt_ended(&call, &ended(Some(StatusCode::OK)));
+            record::refused(&call, "budget");
+        });
+        let targets = targets
+            .0
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        assert_eq!(targets.len(), 3, "{targets:?}");
+        assert!(targets.iter().all(|t| t == &targets[0]), "{targets:?}");
+        assert_eq!(targets[0], "stormguard_tower::observe::metrics Level(Info)");
     }
 }

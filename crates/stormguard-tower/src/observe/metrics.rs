@@ -6,14 +6,14 @@
 //! they happen, with the `metrics` macros.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use metrics::{
-    Key, SharedString, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge,
+    Key, Label, Level, Metadata, SharedString, Unit, counter, describe_counter, describe_gauge,
+    describe_histogram, gauge,
 };
 use stormguard::breaker::{BreakerState, StateChange};
 
-use super::metric_keys::{EndpointKeys, METADATA};
+use super::metric_keys::{EndpointKeys, LabelledKeys};
 use super::{AttemptEnd, AttemptStart, CallEnd, CallInfo, FallbackReason, HedgeEvent};
 use crate::metric_names::{
     ATTEMPT_DURATION, ATTEMPTS, BREAKER_STATE, BREAKER_TRANSITIONS, BUDGET_REFUSALS, CPU_ALLOWANCE,
@@ -100,12 +100,50 @@ fn endpoint(call: &CallInfo<'_>) -> String {
     call.endpoint.to_owned()
 }
 
-/// The call's endpoint keys: the endpoint's own, or built for this record when the call
-/// came without them (a [`CallInfo`] made outside the client stack).
-fn keys<'a>(call: &CallInfo<'a>) -> Cow<'a, EndpointKeys> {
-    match call.metric_keys {
-        Some(keys) => Cow::Borrowed(keys),
-        None => Cow::Owned(EndpointKeys::new(&Arc::from(call.endpoint))),
+/// The metadata of this module's records, the same as its `metrics` macros give.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// The call's endpoint keys, when the client stack made its context for that endpoint.
+fn kept<'a>(call: &CallInfo<'a>) -> Option<&'a EndpointKeys> {
+    call.metric_keys.filter(|keys| keys.serve(call.endpoint))
+}
+
+/// The key of the metric `name` labelled with the call's endpoint: the kept one, else built
+/// for this record (as the macros do).
+fn plain<'a>(call: &CallInfo<'_>, kept: Option<&'a Key>, name: &'static str) -> Cow<'a, Key> {
+    kept.map_or_else(
+        || {
+            Cow::Owned(Key::from_parts(
+                name,
+                vec![Label::new("endpoint", endpoint(call))],
+            ))
+        },
+        Cow::Borrowed,
+    )
+}
+
+/// The key of the metric `name` labelled with the call's endpoint and `label` = `value()`
+/// (told apart from the metric's other values by `id`): kept, else built for this record.
+fn labelled<'a, T: Copy + PartialEq, V: Into<SharedString>>(
+    call: &CallInfo<'_>,
+    kept: Option<&'a LabelledKeys<T>>,
+    (name, label): (&'static str, &'static str),
+    id: T,
+    value: impl Fn() -> V,
+) -> Cow<'a, Key> {
+    let build = || {
+        Key::from_parts(
+            name,
+            vec![
+                Label::new("endpoint", endpoint(call)),
+                Label::new(label, value()),
+            ],
+        )
+    };
+    match kept {
+        Some(keys) => keys.get(id, build),
+        None => Cow::Owned(build()),
     }
 }
 
@@ -118,30 +156,51 @@ fn record(key: &Key, value: f64) {
 }
 
 pub(super) fn attempt_started(call: &CallInfo<'_>, attempt: &AttemptStart) {
-    let keys = keys(call);
-    increment(&keys.attempts);
+    let keys = kept(call);
+    increment(&plain(call, keys.map(|k| &k.attempts), ATTEMPTS));
     if let Some((reason, delay)) = attempt.retry {
-        increment(&keys.labelled(&keys.retries, reason.label(), || reason.label()));
-        record(&keys.retry_delay, delay.as_secs_f64());
+        let label = reason.label();
+        let by_reason = keys.map(|k| &k.retries);
+        increment(&labelled(
+            call,
+            by_reason,
+            (RETRIES, "reason"),
+            label,
+            || label,
+        ));
+        let delay_key = plain(call, keys.map(|k| &k.retry_delay), RETRY_DELAY);
+        record(&delay_key, delay.as_secs_f64());
     }
 }
 
 pub(super) fn attempt_ended(call: &CallInfo<'_>, attempt: &AttemptEnd) {
-    let keys = keys(call);
-    record(&keys.attempt_duration, attempt.elapsed.as_secs_f64());
+    let keys = kept(call);
+    let duration = plain(call, keys.map(|k| &k.attempt_duration), ATTEMPT_DURATION);
+    record(&duration, attempt.elapsed.as_secs_f64());
     let code = attempt.status.map_or(0, |status| status.as_u16());
-    increment(
-        &keys.labelled(&keys.responses, code, || match attempt.status {
+    let by_code = keys.map(|k| &k.responses);
+    increment(&labelled(
+        call,
+        by_code,
+        (RESPONSES, "code"),
+        code,
+        || match attempt.status {
             Some(status) => SharedString::from(status.as_str().to_owned()),
             None => SharedString::const_str("none"),
-        }),
-    );
+        },
+    ));
 }
 
 pub(super) fn call_finished(call: &CallInfo<'_>, end: &CallEnd) {
-    let keys = keys(call);
     let outcome = end.stop.label();
-    increment(&keys.labelled(&keys.requests, outcome, || outcome));
+    let by_outcome = kept(call).map(|k| &k.requests);
+    increment(&labelled(
+        call,
+        by_outcome,
+        (REQUESTS, "outcome"),
+        outcome,
+        || outcome,
+    ));
 }
 
 pub(super) fn refused(call: &CallInfo<'_>, by: &'static str) {

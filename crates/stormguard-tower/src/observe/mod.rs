@@ -112,7 +112,7 @@ pub const SPAN_NAME: &str = "stormguard.attempt";
 pub const TARGET: &str = "stormguard::retry";
 
 /// The context of one call, handed to every event of it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 #[non_exhaustive]
 pub struct CallInfo<'a> {
     /// The policy endpoint the call was routed to (`"default"` for a single policy).
@@ -126,6 +126,17 @@ pub struct CallInfo<'a> {
     /// The endpoint's metric keys, when the client stack made this context.
     #[cfg(feature = "metrics")]
     metric_keys: Option<&'a EndpointKeys>,
+}
+
+impl std::fmt::Debug for CallInfo<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallInfo")
+            .field("endpoint", &self.endpoint)
+            .field("method", self.method)
+            .field("protocol", &self.protocol)
+            .field("request_id", &self.request_id)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a> CallInfo<'a> {

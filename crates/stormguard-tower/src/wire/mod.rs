@@ -214,13 +214,31 @@ pub fn is_rejection(headers: &HeaderMap) -> bool {
     carries(headers, &REJECTED_BY)
 }
 
-/// Whether `headers` hold a header named `name`, found by comparing the names present rather
-/// than by hashing `name` and probing: a head holds a handful of names, most of them standard
-/// ones that differ from a custom name at the first comparison, and the headers this crate
-/// looks for on every call are mostly absent. On the proxy's path this took a look-up from
-/// about 210 instructions to a few dozen.
+/// Heads with at most this many names are searched by comparing names (see [`carries`]);
+/// larger ones by the map's hashed look-up.
+pub(crate) const SCANNED_NAMES: usize = 16;
+
+/// Whether `headers` hold a header named `name`. In a small head (at most [`SCANNED_NAMES`]
+/// names) it is found by comparing the names present rather than by hashing `name` and
+/// probing: most names are standard ones that differ from a custom name at the first
+/// comparison, and the headers this crate looks for on every call are mostly absent. On the
+/// proxy's path (a head of a few headers) this took a look-up from about 210 instructions to
+/// a few dozen.
 pub(crate) fn carries(headers: &HeaderMap, name: &HeaderName) -> bool {
+    if headers.keys_len() > SCANNED_NAMES {
+        return headers.contains_key(name);
+    }
     headers.keys().any(|present| present == name)
+}
+
+/// The first value of `name` in `headers`, found as [`carries`] finds the name.
+pub(crate) fn find<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h HeaderValue> {
+    if headers.keys_len() > SCANNED_NAMES {
+        return headers.get(name);
+    }
+    headers
+        .iter()
+        .find_map(|(present, value)| (present == name).then_some(value))
 }
 
 /// Numbers attempt `number` of a request (1 for the first): [`ATTEMPT`], and on gRPC retries
@@ -318,16 +336,37 @@ mod tests {
         /// repeated ones included, in maps of any size.
         #[test]
         fn carries_agrees_with_contains_key(
-            present in proptest::collection::vec(0usize..NAMES.len(), 0..40),
+            present in proptest::collection::vec(
+                (0usize..NAMES.len(), any::<bool>(), 0u8..3),
+                0..40,
+            ),
+            extra in 0usize..30,
             wanted in 0usize..NAMES.len(),
         ) {
+            // Names as hyper parses them (mixed case, from bytes) and as constants; values
+            // told apart so `find` must return the first; `extra` other names push the map
+            // past the scanned size.
             let mut headers = HeaderMap::new();
-            for i in present {
-                headers.append(NAMES[i].clone(), HeaderValue::from_static("v"));
+            for (i, parsed, v) in present {
+                let name = if parsed {
+                    HeaderName::from_bytes(NAMES[i].as_str().to_ascii_uppercase().as_bytes())
+                        .expect("a known name in capitals is a name")
+                } else {
+                    NAMES[i].clone()
+                };
+                headers.append(name, HeaderValue::from(u16::from(v)));
+            }
+            for i in 0..extra {
+                let other = HeaderName::from_bytes(format!("x-other-{i}").as_bytes())
+                    .expect("x-other-N is a name");
+                headers.insert(other, HeaderValue::from_static("o"));
             }
             let name = &NAMES[wanted];
             prop_assert_eq!(carries(&headers, name), headers.contains_key(name));
-            let deadline = headers.keys().any(|n| n.as_str().contains("timeout") || n.as_str().contains("deadline"));
+            prop_assert_eq!(find(&headers, name), headers.get(name));
+            let deadline = headers
+                .keys()
+                .any(|n| n.as_str().contains("timeout") || n.as_str().contains("deadline"));
             prop_assert_eq!(super::deadline::has_deadline_header(&headers), deadline);
         }
 
