@@ -177,9 +177,9 @@ fn the_success_path_allocates_only_what_replay_needs() {
          a 1 KiB body {post:?}"
     );
     assert_eq!(bare, 0.0);
-    // Without the metrics feature (tracing spans and log events cost nothing without a
-    // subscriber; with `metrics` every recorded metric builds its label set).
-    #[cfg(not(feature = "metrics"))]
+    // With or without the `metrics` feature: tracing spans and log events cost nothing
+    // without a subscriber, and the metrics of every call are recorded with the endpoint's
+    // keys, built once (`observe::metric_keys`).
     {
         // The boxed future only: the first attempt sends the caller's own request, the copy
         // of its head kept for retries uses a pooled header map, the per-try deadline's
