@@ -16,6 +16,18 @@ fn simulate(graph: &CallGraph, cfg: &WhatIfConfig) -> WhatIfReport {
     run(graph, cfg, "graph", &mut NoProgress).unwrap_or_else(|e| panic!("run: {e}"))
 }
 
+/// Ten simulated seconds at the graph's own rates, with `injections`.
+fn ten_seconds(injections: &[&str]) -> WhatIfConfig {
+    WhatIfConfig {
+        duration: Duration::from_secs(10),
+        injections: injections
+            .iter()
+            .map(|i| Injection::parse(i).unwrap_or_else(|e| panic!("injection {i}: {e}")))
+            .collect(),
+        ..WhatIfConfig::default()
+    }
+}
+
 /// Three layers a → b → c each calling the next with `policy`, c calling the leaf.
 fn three_layers(policy: &str, signal: bool) -> CallGraph {
     graph(&format!(
@@ -249,10 +261,7 @@ fn an_entry_without_traffic_sends_nothing_and_a_too_fine_bin_is_refused() {
         [services.db.endpoints."GET /q"]
         "#,
     );
-    let cfg = WhatIfConfig {
-        duration: Duration::from_secs(10),
-        ..WhatIfConfig::default()
-    };
+    let cfg = ten_seconds(&[]);
     let report = simulate(&g, &cfg);
     assert_eq!(report.service("quiet").map(|s| s.requests), Some(0));
     assert_eq!(report.service("busy").map(|s| s.requests), Some(100));
@@ -284,10 +293,7 @@ fn a_breaker_held_open_by_the_policy_sends_nothing_to_the_downstream() {
             "#
         ))
     };
-    let cfg = WhatIfConfig {
-        duration: Duration::from_secs(10),
-        ..WhatIfConfig::default()
-    };
+    let cfg = ten_seconds(&[]);
     let open = simulate(&held(true), &cfg);
     assert_eq!(open.service("cdn").map(|s| s.requests), Some(0));
     assert_eq!(open.entry_success_rate, 0.0);
@@ -320,11 +326,7 @@ fn an_answered_attempt_is_not_timed_out_again_while_its_call_waits_to_retry() {
         [services.db.endpoints."GET /q"]
         "#,
     );
-    let cfg = WhatIfConfig {
-        duration: Duration::from_secs(10),
-        injections: vec![Injection::parse("outage:db@0s+100s").expect("injection")],
-        ..WhatIfConfig::default()
-    };
+    let cfg = ten_seconds(&["outage:db@0s+100s"]);
     let report = simulate(&g, &cfg);
     assert_eq!(report.service("web").map(|s| s.requests), Some(100));
     assert_eq!(report.service("mid").map(|s| s.requests), Some(300));
@@ -346,11 +348,7 @@ fn a_breaker_opened_by_failures_stops_the_calls_to_a_downstream_that_is_down() {
             "#
         ))
     };
-    let cfg = WhatIfConfig {
-        duration: Duration::from_secs(10),
-        injections: vec![Injection::parse("outage:cdn@0s+100s").expect("injection")],
-        ..WhatIfConfig::default()
-    };
+    let cfg = ten_seconds(&["outage:cdn@0s+100s"]);
     let without = simulate(&to_cdn(""), &cfg);
     assert_eq!(without.service("cdn").map(|s| s.requests), Some(100));
     // Open after 10 failures (the window's count), for 5 s, then one probe, which fails.

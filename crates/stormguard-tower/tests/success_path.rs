@@ -180,18 +180,16 @@ fn the_success_path_allocates_only_what_replay_needs() {
     // With or without the `metrics` feature: tracing spans and log events cost nothing
     // without a subscriber, and the metrics of every call are recorded with the endpoint's
     // keys, built once (`observe::metric_keys`).
-    {
-        // The boxed future only: the first attempt sends the caller's own request, the copy
-        // of its head kept for retries uses a pooled header map, the per-try deadline's
-        // header value is shared with the previous request's, and the breaker, budget and
-        // timer allocate nothing.
-        assert_eq!(get_static, (1.0, 1.0));
-        // A header value or a custom header name built from a string is moved to shared
-        // storage on its first copy (once per request, not per attempt): one each for
-        // `x-request-id`'s name and the two values (`accept` is a standard name).
-        assert_eq!(get, (4.0, 4.0));
-        // The replay record of the body (shared by the attempts) and the pinned source it
-        // reads from.
-        assert_eq!(post, (3.0, 3.0));
-    }
+    // The boxed future only: the first attempt sends the caller's own request, the copy
+    // of its head kept for retries uses a pooled header map, the per-try deadline's
+    // header value is shared with the previous request's, and the breaker, budget and
+    // timer allocate nothing.
+    assert_eq!(get_static, (1.0, 1.0));
+    // A header value or a custom header name built from a string is moved to shared
+    // storage on its first copy (once per request, not per attempt): one each for
+    // `x-request-id`'s name and the two values (`accept` is a standard name).
+    assert_eq!(get, (4.0, 4.0));
+    // The replay record of the body (shared by the attempts) and the pinned source it
+    // reads from.
+    assert_eq!(post, (3.0, 3.0));
 }

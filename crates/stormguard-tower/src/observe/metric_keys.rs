@@ -60,9 +60,7 @@ impl EndpointKeys {
     /// Whether these are `endpoint`'s keys: an observer may hand on a copy of the call's
     /// context with another endpoint, and its metrics must carry that one.
     pub(super) fn serve(&self, endpoint: &str) -> bool {
-        std::ptr::eq(self.endpoint.as_ptr(), endpoint.as_ptr())
-            && self.endpoint.len() == endpoint.len()
-            || *self.endpoint == *endpoint
+        *self.endpoint == *endpoint
     }
 }
 

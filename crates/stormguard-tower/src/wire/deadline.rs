@@ -10,15 +10,17 @@ use stormguard::deadline::{
     DeadlineHeader, DeadlineHeaders, EncodedDeadline, Reading, Selection, WallClock,
 };
 
+const GRPC: HeaderName = HeaderName::from_static(stormguard::deadline::GRPC_TIMEOUT);
+const CONNECT: HeaderName = HeaderName::from_static(stormguard::deadline::CONNECT_TIMEOUT_MS);
+const ENVOY: HeaderName =
+    HeaderName::from_static(stormguard::deadline::ENVOY_EXPECTED_RQ_TIMEOUT_MS);
+const ABSOLUTE: HeaderName = HeaderName::from_static(stormguard::deadline::REQUEST_DEADLINE);
+
+/// The four deadline headers' names.
+const NAMES: [HeaderName; 4] = [GRPC, CONNECT, ENVOY, ABSOLUTE];
+
 /// The header's name as an [`http::HeaderName`] (a constant: nothing is parsed per call).
 pub(crate) const fn header_name(header: DeadlineHeader) -> HeaderName {
-    use stormguard::deadline::{
-        CONNECT_TIMEOUT_MS, ENVOY_EXPECTED_RQ_TIMEOUT_MS, GRPC_TIMEOUT, REQUEST_DEADLINE,
-    };
-    const GRPC: HeaderName = HeaderName::from_static(GRPC_TIMEOUT);
-    const CONNECT: HeaderName = HeaderName::from_static(CONNECT_TIMEOUT_MS);
-    const ENVOY: HeaderName = HeaderName::from_static(ENVOY_EXPECTED_RQ_TIMEOUT_MS);
-    const ABSOLUTE: HeaderName = HeaderName::from_static(REQUEST_DEADLINE);
     match header {
         DeadlineHeader::GrpcTimeout => GRPC,
         DeadlineHeader::ConnectTimeoutMs => CONNECT,
@@ -66,12 +68,6 @@ pub fn read_deadline(
 
 /// Whether `headers` carry any of the four deadline headers.
 pub fn has_deadline_header(headers: &HeaderMap) -> bool {
-    const NAMES: [HeaderName; 4] = [
-        header_name(DeadlineHeader::GrpcTimeout),
-        header_name(DeadlineHeader::ConnectTimeoutMs),
-        header_name(DeadlineHeader::EnvoyExpectedRqTimeoutMs),
-        header_name(DeadlineHeader::RequestDeadline),
-    ];
     if headers.keys_len() > super::SCANNED_NAMES {
         return NAMES.iter().any(|name| headers.contains_key(name));
     }

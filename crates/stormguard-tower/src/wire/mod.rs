@@ -225,13 +225,11 @@ pub(crate) const SCANNED_NAMES: usize = 16;
 /// proxy's path (a head of a few headers) this took a look-up from about 210 instructions to
 /// a few dozen.
 pub(crate) fn carries(headers: &HeaderMap, name: &HeaderName) -> bool {
-    if headers.keys_len() > SCANNED_NAMES {
-        return headers.contains_key(name);
-    }
-    headers.keys().any(|present| present == name)
+    find(headers, name).is_some()
 }
 
-/// The first value of `name` in `headers`, found as [`carries`] finds the name.
+/// The first value of `name` in `headers`: compared name by name in a small head (see
+/// [`carries`]), looked up by hash in a larger one.
 pub(crate) fn find<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h HeaderValue> {
     if headers.keys_len() > SCANNED_NAMES {
         return headers.get(name);
