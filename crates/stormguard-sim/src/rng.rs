@@ -36,22 +36,6 @@ pub fn unit(rng: &mut SmallRng) -> f64 {
     SCALE * x
 }
 
-/// `unit(rng) * k` for a `k` between 2^-960 and 2^960 in magnitude (or 0): the same number,
-/// in one multiplication instead of two.
-///
-/// [`unit()`] scales a 53-bit integer by 2^-53, which is exact (no bits are lost), so the one
-/// rounding of `unit(rng) * k` is that of the exact product `x · 2^-53 · k`; and
-/// `2^-53 · k` is exact too in that range, so multiplying `x` by it rounds the same exact
-/// product once: the same number. (The compiler may not fold the two factors itself: for
-/// floating-point numbers in general that changes results.) A test checks the numbers.
-#[inline(always)]
-pub fn unit_times(rng: &mut SmallRng, k: f64) -> f64 {
-    const SCALE: f64 = 1.0 / (1u64 << 53) as f64;
-    #[allow(clippy::cast_precision_loss)]
-    let x = (rng.next_u64() >> 11) as f64;
-    x * (SCALE * k)
-}
-
 /// A stream number made of several parts (strategy index, client count, run number, ...).
 pub fn stream_id(parts: &[u64]) -> u64 {
     parts
@@ -71,20 +55,6 @@ const fn splitmix64(x: u64) -> u64 {
 mod tests {
     use super::*;
     use rand::Rng;
-
-    #[test]
-    fn unit_times_draws_what_unit_draws_times_k() {
-        for k in [1000.0, 1.0, 0.3, -7.25e5, 1e-200, 3e250] {
-            let (mut ours, mut theirs) = (stream(4, 1), stream(4, 1));
-            for _ in 0..100_000 {
-                assert_eq!(
-                    unit_times(&mut ours, k).to_bits(),
-                    (unit(&mut theirs) * k).to_bits(),
-                    "k = {k}"
-                );
-            }
-        }
-    }
 
     #[test]
     fn unit_draws_what_rand_draws() {

@@ -34,12 +34,14 @@
 //! - latencies are counted in buckets of our own, the histogram's own bounds (no finer:
 //!   the counts are hit in no order, so their size is what stays in cache), and handed to
 //!   the HDR histogram only for the report ([`latency`](super::latency));
-//! - a request's work is drawn with one multiplication for its place in the quantile table
-//!   ([`rng::unit_times`](crate::rng::unit_times): the same number as the draw scaled twice;
-//!   about 0.2 % of the bench's instructions);
+//! - a request's work is drawn from the few straight segments of its endpoint's quantile
+//!   function ([`Segments`](super::model::Segments)), not from a table of it at every
+//!   1/1000: the tables (16 KiB an endpoint) did not fit in the first-level cache, and the
+//!   load of a random entry took 14 % of the bench's time samples (the 120 s bench: 2.04 to
+//!   2.20 s -> 1.80 to 1.94 s in paired runs);
 //! - the bench's cost is as much its first-level cache misses as its instructions (the
-//!   slots of the requests in flight, the quantile tables and the latency counts are
-//!   touched in no order and do not all fit), so a request and the call it is making are
+//!   slots of the requests in flight and the latency counts are touched in no order and do
+//!   not all fit), so a request and the call it is making are
 //!   one record of one cache line ([`Request`]): the end of its work reads it, its call
 //!   is written into it, and the reply to that call reads it again and goes on with it
 //!   (what only a call that did not succeed at once, or one through a breaker, needs is
@@ -94,8 +96,8 @@
 //! instructions for the allocations, no clear wall-clock gain); the event queue's wheel
 //! buckets holding their first seven events in place beside their count (two cache lines
 //! a bucket, a vector for the rest: 3 % more misses, 6.63 M -> 6.83 M, and 1.5 % more
-//! instructions; the buckets' vectors stay); the quantile table as points
-//! only, half its size (more misses, not fewer: a random draw misses the cache either way),
+//! instructions; the buckets' vectors stay); when work was drawn from a quantile table
+//! (above), the table as points only, half its size (more misses, not fewer: a random draw misses the cache either way),
 //! and as 32-bit points, a quarter of its size when they fit (the table's misses 1.17 M ->
 //! 1.05 M, the run's instructions 3.8 % more); the latency counts as 32-bit numbers, with a
 //! carry for the rare count that wraps (2.5 % fewer misses, 0.5 % more instructions, and
