@@ -421,6 +421,13 @@ mod tests {
         matches_a_binary_heap(1 << 40, 5, 5_000, 7);
     }
 
+    /// Twenty events to a bucket on average: buckets too long for the sorting networks
+    /// pop in order too.
+    #[test]
+    fn crowded_buckets_pop_in_order() {
+        matches_a_binary_heap(30_000_000, 20_000, 40_000, 8);
+    }
+
     #[test]
     fn same_instant_pops_in_payload_order() {
         let mut q = EventQueue::new();

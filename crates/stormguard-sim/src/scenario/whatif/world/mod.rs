@@ -59,9 +59,9 @@
 //!   queue's buckets are a fixed-size array, filed into with no bounds check (about 0.6 %);
 //! - slab slots are written and dropped where they lie, never copied in or out: a request
 //!   that gets a worker at once is built in its slot ([`Slab::insert_with`] calls the
-//!   builder where the value goes; built aside and moved in, it cost a copy of the record, 48
-//!   bytes then, and 1.3 % of the bench's instructions) and set to work there, and a slab's free list
-//!   lives in its free slots;
+//!   builder where the value goes; built aside and moved in, it cost a copy of the record,
+//!   48 bytes then, and 1.3 % of the bench's instructions) and set to work there, and a
+//!   slab's free list lives in its free slots;
 //! - [`World::arrive`] returns one register, when the answer is known to come ([`NEVER`]:
 //!   not known). The rare refusal pushes its reply on the stack instead of returning it
 //!   beside the time: nothing else is pushed before the arrival's caller hands back to the
@@ -97,11 +97,12 @@
 //! buckets holding their first seven events in place beside their count (two cache lines
 //! a bucket, a vector for the rest: 3 % more misses, 6.63 M -> 6.83 M, and 1.5 % more
 //! instructions; the buckets' vectors stay); when work was drawn from a quantile table
-//! (above), the table as points only, half its size (more misses, not fewer: a random draw misses the cache either way),
-//! and as 32-bit points, a quarter of its size when they fit (the table's misses 1.17 M ->
-//! 1.05 M, the run's instructions 3.8 % more); the latency counts as 32-bit numbers, with a
-//! carry for the rare count that wraps (2.5 % fewer misses, 0.5 % more instructions, and
-//! the counts are written off the loop's critical path); the tokens of the attempts in
+//! (above), the table as points only, half its size (more misses, not fewer: a random
+//! draw misses the cache either way), and as 32-bit points, a quarter of its size when
+//! they fit (the table's misses 1.17 M -> 1.05 M, the run's instructions 3.8 % more); the
+//! latency counts as 32-bit numbers, with a carry for the rare count that wraps (2.5 %
+//! fewer misses, 0.5 % more instructions, and the counts are written off the loop's
+//! critical path); the tokens of the attempts in
 //! flight in a vector of their own by slot, so that the per-try timers' checks of attempts
 //! long answered read four bytes, not a request's line (1.1 % fewer misses, 0.3 % more
 //! instructions, no wall-clock gain in paired runs); a wheel bucket of up to 16 events
@@ -111,7 +112,15 @@
 //! whether its service limits its workers (0.2 M fewer simulated mispredictions for 0.9 %
 //! more instructions); token buckets and unlimited budgets called by their own types, not
 //! through the trait object (0.26 % fewer instructions, for a second copy of the core's
-//! mapping from a budget spec to its type).
+//! mapping from a budget spec to its type); and, measured
+//! in wall-clock time once the draws no longer read a table (paired runs, where time
+//! samples pointed): the latency counts recorded as bucket numbers in a batch of 64 per
+//! service, counted a batch at a time (the instruction after a count held 8 % of the time
+//! samples; six paired 120 s runs, 1.90 to 2.11 s against 1.63 to 2.07 s without), and the
+//! wheel's buckets holding their first eight events in one block of events, with their
+//! counts in an array of their own, so that filing an event reads no bucket's vector first
+//! (the pushes held 13 % of the time samples; ten paired 60 s runs took 9.92 s in all
+//! either way).
 //!
 //! The order of everything that draws a random number or takes a slab slot (so the order of
 //! the events, whose ties are broken by slot numbers) is unchanged by any of this: the
