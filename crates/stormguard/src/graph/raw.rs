@@ -409,6 +409,30 @@ impl Builder<'_> {
             p99: raw.p99,
             p999: raw.p999,
         };
+        // A quantile function does not fall: a percentile below an earlier one is a typo
+        // (`p99 = "10ms"` under `p50 = "100ms"`), not a latency.
+        let mut earlier: Option<(&str, Duration)> = None;
+        for (name, value) in [
+            ("p50", raw.p50),
+            ("p90", raw.p90),
+            ("p99", raw.p99),
+            ("p999", raw.p999),
+        ] {
+            let Some(value) = value else {
+                continue;
+            };
+            if let Some((lower, bound)) = earlier
+                && value < bound
+            {
+                return Err(self.invalid(
+                    &at.field(name),
+                    format!(
+                        "{name} ({value:?}) is below {lower} ({bound:?}): percentiles cannot fall"
+                    ),
+                ));
+            }
+            earlier = Some((name, value));
+        }
         let Some(buckets) = &raw.histogram else {
             return Ok((given, Vec::new()));
         };

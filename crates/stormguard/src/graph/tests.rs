@@ -144,6 +144,26 @@ fn a_histogram_gives_the_percentiles() {
 }
 
 #[test]
+fn falling_percentiles_are_refused_by_name() {
+    let err = CallGraph::from_toml(
+        r#"[services.a.endpoints."GET /"]
+        latency = { p50 = "100ms", p90 = "120ms", p99 = "10ms" }"#,
+    )
+    .unwrap_err();
+    let GraphError::Invalid { field, rule, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(field, r#"services."a".endpoints."GET /".latency.p99"#);
+    assert!(rule.contains("below p90 (120ms)"), "{rule}");
+    // Equal percentiles (a flat tail) are a latency.
+    CallGraph::from_toml(
+        r#"[services.a.endpoints."GET /"]
+        latency = { p50 = "5ms", p99 = "5ms", p999 = "9ms" }"#,
+    )
+    .unwrap();
+}
+
+#[test]
 fn errors_name_the_line_and_field() {
     let err = CallGraph::from_toml(&REVIEW.replace("to = \"pay\"", "to = \"nope\"")).unwrap_err();
     let GraphError::Invalid { at, field, .. } = &err else {
