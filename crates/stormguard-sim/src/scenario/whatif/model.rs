@@ -414,8 +414,8 @@ mod tests {
             let last = knots.last().map_or(0, |&(_, v)| v);
             knots.push((1.0, last));
             let s = Segments::through(&knots);
-            for &(q, v) in knots.iter().take(knots.len() - 1) {
-                if small {
+            if small {
+                for &(q, v) in knots.iter().take(knots.len() - 1) {
                     prop_assert_eq!(s.at(q), v, "at the known {}", q);
                 }
             }
