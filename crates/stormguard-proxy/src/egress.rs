@@ -36,14 +36,14 @@ use stormguard_tower::fault::Fault;
 use stormguard_tower::observe::Telemetry;
 use stormguard_tower::wire::BoxError;
 use tower::util::Either;
-use tower::{Layer, Service, service_fn};
+use tower::{Layer, Service};
 
 use crate::ProxyError;
 use crate::answer::Caller;
 use crate::config::{EgressConfig, PolicySource, PoolConfig};
 use crate::forward::Forward;
 use crate::pool::PoolSettings;
-use crate::server::{ProxyService, call_in_place};
+use crate::server::{Handler, call_in_place};
 use crate::upstream::Upstream;
 
 /// The transport under the stack: the forwarder, with the fault injector in front of it
@@ -97,9 +97,14 @@ impl Future for Sent {
 #[error("{0}")]
 pub(crate) struct TransportError(#[source] BoxError);
 
-/// A built egress: its service, and the handles the admin port and the caller use.
-pub(crate) struct Egress {
-    pub(crate) service: ProxyService,
+/// What the egress answers with: the stack's response as it is (its body not boxed again),
+/// or the proxy's own answer.
+pub(crate) type EgressBody = http_body_util::Either<ReplayBody<Body>, Body>;
+
+/// A built egress: its handler (for [`serve`](crate::server::serve)), and the handles the
+/// admin port and the caller use.
+pub(crate) struct Egress<H> {
+    pub(crate) handler: H,
     pub(crate) policies: Policies<Telemetry>,
     pub(crate) watcher: Option<PolicyWatcher>,
     pub(crate) center: Option<Arc<CenterWatch>>,
@@ -112,7 +117,7 @@ pub(crate) fn build(
     config: EgressConfig,
     listen: SocketAddr,
     via: HeaderValue,
-) -> Result<Egress, ProxyError> {
+) -> Result<Egress<impl Handler<Body = EgressBody>>, ProxyError> {
     let file = match &config.policy {
         PolicySource::Watched(path) => PolicyFile::load(path)?,
         PolicySource::Fixed(file) => file.clone(),
@@ -145,23 +150,23 @@ pub(crate) fn build(
     };
     let transport = Transport(either);
     let mut client = layer.layer(transport);
-    let service = service_fn(move |request: Request<Incoming>| {
+    let handler = move |request: Request<Incoming>| {
         let caller = Caller::of(request.headers());
         let looped = crate::via::passed_here(request.headers(), &via)
             || (!fixed && crate::via::names_self(&request, listen));
         let call = (!looped).then(|| call_in_place(&mut client, request));
         async move {
             let Some(call) = call else {
-                return Ok::<_, Infallible>(crate::answer::looped(&caller));
+                return Ok::<_, Infallible>(crate::answer::looped(&caller).map(EgressBody::Right));
             };
             Ok(match call.await {
-                Ok(response) => response.map(Body::new),
-                Err(error) => crate::answer::for_error(&error, &caller),
+                Ok(response) => response.map(EgressBody::Left),
+                Err(error) => crate::answer::for_error(&error, &caller).map(EgressBody::Right),
             })
         }
-    });
+    };
     Ok(Egress {
-        service: ProxyService::new(service),
+        handler,
         policies,
         watcher,
         center,

@@ -34,12 +34,13 @@ use crate::answer::Caller;
 use crate::config::{IngressConfig, PoolConfig};
 use crate::forward::Forward;
 use crate::pool::PoolSettings;
-use crate::server::{ProxyService, call_in_place};
+use crate::server::{Handler, call_in_place};
 use crate::upstream::Upstream;
 
-/// A built ingress: its service, and its limit for the admin port.
-pub(crate) struct Ingress {
-    pub(crate) service: ProxyService,
+/// A built ingress: its handler (for [`serve`](crate::server::serve)), and its limit for the
+/// admin port.
+pub(crate) struct Ingress<H> {
+    pub(crate) handler: H,
     pub(crate) limit: Option<AdaptiveLimitLayer>,
 }
 
@@ -50,7 +51,7 @@ pub(crate) fn build(
     pool: PoolConfig,
     config: IngressConfig,
     via: HeaderValue,
-) -> Result<Ingress, ProxyError> {
+) -> Result<Ingress<impl Handler<Body = Body>>, ProxyError> {
     let propagate = PropagateDeadlineLayer::new().layer(Forward::new(
         Some(upstream),
         PoolSettings::of(&pool),
@@ -82,7 +83,7 @@ pub(crate) fn build(
     let deadline = config.deadline.validate()?.layer(admitted);
     let service = deadline.map_request(|request: Request<Incoming>| request.map(Body::new));
     let mut service = service.map_response(|response| response.map(Body::new));
-    let guarded = service_fn(move |request: Request<Incoming>| {
+    let handler = move |request: Request<Incoming>| {
         let caller = Caller::of(request.headers());
         let looped = crate::via::passed_here(request.headers(), &via);
         let call = (!looped).then(|| call_in_place(&mut service, request));
@@ -92,9 +93,6 @@ pub(crate) fn build(
                 None => Ok(crate::answer::looped(&caller)),
             }
         }
-    });
-    Ok(Ingress {
-        service: ProxyService::new(guarded),
-        limit,
-    })
+    };
+    Ok(Ingress { handler, limit })
 }

@@ -168,7 +168,20 @@ impl Proxy {
         let listener = bind(config.listen).await?;
         let addr = local_addr(&listener, config.listen)?;
         let via = via::entry();
-        let (service, admin, watcher) = match config.direction {
+        // The admin port is bound, and the metrics recorder installed, before anything is
+        // served: a failed bind leaves no task serving, and the first request is counted.
+        let admin_port = match config.admin {
+            Some(at) => {
+                let listener = bind(at).await?;
+                let bound = local_addr(&listener, at)?;
+                let _ = metrics_handle();
+                Some((listener, bound))
+            }
+            None => None,
+        };
+        let (stop, stopped) = watch::channel(None);
+        // Each direction is served with its own handler type (see `server::serve`).
+        let (serving, admin, watcher) = match config.direction {
             Direction::Egress(egress) => {
                 let built = egress::build(config.upstream, config.pool, egress, addr, via)?;
                 let admin = admin::AdminState {
@@ -178,7 +191,8 @@ impl Proxy {
                     limit: None,
                     faults: built.faults,
                 };
-                (built.service, admin, built.watcher)
+                let serving = tokio::spawn(server::serve(listener, built.handler, stopped));
+                (serving, admin, built.watcher)
             }
             Direction::Ingress(ingress) => {
                 let upstream = config.upstream.ok_or(ProxyError::NoUpstream)?;
@@ -190,26 +204,19 @@ impl Proxy {
                     limit: built.limit,
                     faults: None,
                 };
-                (built.service, admin, None)
+                let serving = tokio::spawn(server::serve(listener, built.handler, stopped));
+                (serving, admin, None)
             }
         };
         let policies = admin.policies.clone();
         let faults = admin.faults.clone();
         let limit = admin.limit.clone();
         let center = admin.center.clone();
-        let (stop, stopped) = watch::channel(None);
-        let mut tasks = vec![tokio::spawn(server::serve(listener, service, stopped))];
-        let admin_addr = match config.admin {
-            Some(at) => {
-                let listener = bind(at).await?;
-                let bound = local_addr(&listener, at)?;
-                // Installs the recorder before the first request is counted.
-                let _ = metrics_handle();
-                tasks.push(tokio::spawn(admin::serve(listener, admin)));
-                Some(bound)
-            }
-            None => None,
-        };
+        let mut tasks = vec![serving];
+        let admin_addr = admin_port.map(|(listener, bound)| {
+            tasks.push(tokio::spawn(admin::serve(listener, admin)));
+            bound
+        });
         tracing::info!(%addr, admin = ?admin_addr, "stormguard proxy: serving");
         Ok(Proxy {
             addr,

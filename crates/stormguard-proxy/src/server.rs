@@ -14,32 +14,58 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use axum::body::Body;
+use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use stormguard_tower::wire::BoxError;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tower::util::{BoxCloneService, Oneshot};
+use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
-
-/// What a proxy serves: every request gets a response (the proxy's own answer when the
-/// upstream gave none).
-pub(crate) type ProxyService = BoxCloneService<Request<Incoming>, Response<Body>, Infallible>;
 
 /// The pause after a failed accept, doubling while accepts keep failing: out of file
 /// descriptors, an immediate retry fails again at once and would spin a core exactly when
 /// the machine is overloaded.
 const ACCEPT_PAUSE: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(200));
 
-/// Serves `service` on `listener` until `stop` holds a drain bound (then drains for at
+/// What a proxy serves: a function that answers every request (the proxy's own answer when
+/// the upstream gave none), so nothing here is polled for readiness (the stacks inside it
+/// are, through [`call_in_place`]). Each direction has its own, with its own body type, so
+/// neither a request's future nor its response's body is boxed again on the way out (an
+/// allocation each, per request, when both directions were one boxed tower service).
+pub(crate) trait Handler: Clone + Send + 'static {
+    /// The answer's body.
+    type Body: http_body::Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static;
+    /// The answer to one request.
+    type Answer: Future<Output = Result<Response<Self::Body>, Infallible>> + Send + 'static;
+
+    /// Answers `request`.
+    fn handle(&mut self, request: Request<Incoming>) -> Self::Answer;
+}
+
+impl<H, F, B> Handler for H
+where
+    H: FnMut(Request<Incoming>) -> F + Clone + Send + 'static,
+    F: Future<Output = Result<Response<B>, Infallible>> + Send + 'static,
+    B: http_body::Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
+{
+    type Body = B;
+    type Answer = F;
+
+    fn handle(&mut self, request: Request<Incoming>) -> F {
+        self(request)
+    }
+}
+
+/// Serves `handler` on `listener` until `stop` holds a drain bound (then drains for at
 /// most that long) or the task is aborted (then every connection is cut at once).
 pub(crate) async fn serve(
     listener: TcpListener,
-    service: ProxyService,
+    handler: impl Handler,
     mut stop: watch::Receiver<Option<Duration>>,
 ) {
     let graceful = GracefulShutdown::new();
@@ -69,7 +95,7 @@ pub(crate) async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let service = Serve(RefCell::new(service.clone()));
+        let service = Serve(RefCell::new(handler.clone()));
         let watcher = graceful.watcher();
         connections.spawn(async move {
             let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -90,23 +116,22 @@ pub(crate) async fn serve(
     // `connections` is dropped here: whatever is still open is cut.
 }
 
-/// One connection's copy of the proxy's service, called in place. hyper calls a service
+/// One connection's copy of the proxy's handler, called in place. hyper calls a service
 /// through `&self`, so hyper-util's adapter (`TowerToHyperService`) clones the tower service
 /// for every request: for a boxed service that is an allocation, and a clone of everything
 /// the service holds. hyper calls a connection's service from the connection's own task, one
 /// call at a time (HTTP/2 streams too: their futures run concurrently afterwards, but each
 /// call returns before the next), and the borrow of the cell ends when `call` returns (the
-/// future it gives holds no borrow), so each call can use the connection's copy
-/// ([`call_in_place`]).
-struct Serve(RefCell<ProxyService>);
+/// future it gives holds no borrow), so each call can use the connection's copy.
+struct Serve<H>(RefCell<H>);
 
-impl hyper::service::Service<Request<Incoming>> for Serve {
-    type Response = Response<Body>;
+impl<H: Handler> hyper::service::Service<Request<Incoming>> for Serve<H> {
+    type Response = Response<H::Body>;
     type Error = Infallible;
-    type Future = Called<ProxyService, Request<Incoming>>;
+    type Future = H::Answer;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
-        call_in_place(&mut self.0.borrow_mut(), request)
+    fn call(&self, request: Request<Incoming>) -> H::Answer {
+        self.0.borrow_mut().handle(request)
     }
 }
 

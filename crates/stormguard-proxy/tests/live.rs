@@ -125,3 +125,35 @@ async fn the_admin_port_serves_the_library_metrics() {
     assert!(text.contains("stormguard_"), "{text}");
     assert!(text.contains("stormguard_policy_version"), "{text}");
 }
+
+/// An admin port that cannot be bound fails the start, and leaves nothing serving: the proxy
+/// port is refused afterwards, not answered by a proxy nobody holds.
+#[tokio::test]
+async fn an_admin_port_in_use_fails_the_start_and_nothing_is_left_serving() {
+    let up = upstream().await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+
+    let started = stormguard_proxy::Proxy::start(stormguard_proxy::ProxyConfig {
+        listen,
+        admin: Some(taken.local_addr().expect("addr")),
+        upstream: Some(up.addr.to_string().parse().expect("upstream")),
+        direction: stormguard_proxy::Direction::Egress(stormguard_proxy::EgressConfig {
+            policy: PolicySource::Fixed(policy(THREE_ATTEMPTS)),
+            fault: None,
+            seed: Some(7),
+        }),
+        pool: stormguard_proxy::PoolConfig::default(),
+    })
+    .await;
+
+    assert!(started.is_err(), "the admin port is in use");
+    tokio::task::yield_now().await;
+    let connected = tokio::net::TcpStream::connect(listen).await;
+    assert!(
+        connected.is_err(),
+        "nothing may serve {listen} after a failed start"
+    );
+}
