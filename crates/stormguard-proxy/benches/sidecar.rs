@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Without `--profile sidecar` it runs on the bench profile (thin local LTO), which costs the
-//! proxy about 13 % more user time per request.
+//! proxy about 15 % more user time per request.
 //!
 //! Needs `haproxy`, `nginx` and `wrk` on PATH (Debian: `apt-get install -y haproxy
 //! nginx-light wrk`); a missing one is reported and its rows left out. Processes are pinned

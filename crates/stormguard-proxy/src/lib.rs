@@ -180,7 +180,7 @@ impl Proxy {
             None => None,
         };
         let (stop, stopped) = watch::channel(None);
-        // Each direction is served with its own handler type (see `server::serve`).
+        // Each direction is served with its own handler type (see `server::Handler`).
         let (serving, admin, watcher) = match config.direction {
             Direction::Egress(egress) => {
                 let built = egress::build(config.upstream, config.pool, egress, addr, via)?;

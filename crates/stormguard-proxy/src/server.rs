@@ -34,9 +34,10 @@ const ACCEPT_PAUSE: (Duration, Duration) = (Duration::from_millis(5), Duration::
 
 /// What a proxy serves: a function that answers every request (the proxy's own answer when
 /// the upstream gave none), so nothing here is polled for readiness (the stacks inside it
-/// are, through [`call_in_place`]). Each direction has its own, with its own body type, so
-/// neither a request's future nor its response's body is boxed again on the way out (an
-/// allocation each, per request, when both directions were one boxed tower service).
+/// are, through [`call_in_place`]). Each direction has its own, with its own body type, so a
+/// request's future is not boxed again on the way out, nor the egress answer's body (an
+/// allocation each, per request, when both directions were one boxed tower service; the
+/// ingress answer's body is still boxed, inside its stack).
 pub(crate) trait Handler: Clone + Send + 'static {
     /// The answer's body.
     type Body: http_body::Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static;
@@ -117,9 +118,8 @@ pub(crate) async fn serve(
 }
 
 /// One connection's copy of the proxy's handler, called in place. hyper calls a service
-/// through `&self`, so hyper-util's adapter (`TowerToHyperService`) clones the tower service
-/// for every request: for a boxed service that is an allocation, and a clone of everything
-/// the service holds. hyper calls a connection's service from the connection's own task, one
+/// through `&self`, which would force a clone of the handler (the whole client stack) for
+/// every request. hyper calls a connection's service from the connection's own task, one
 /// call at a time (HTTP/2 streams too: their futures run concurrently afterwards, but each
 /// call returns before the next), and the borrow of the cell ends when `call` returns (the
 /// future it gives holds no borrow), so each call can use the connection's copy.

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use axum::http::StatusCode;
-use stormguard_proxy::PolicySource;
+use stormguard_proxy::{PolicySource, ProxyError};
 
 use common::*;
 
@@ -127,7 +127,9 @@ async fn the_admin_port_serves_the_library_metrics() {
 }
 
 /// An admin port that cannot be bound fails the start, and leaves nothing serving: the proxy
-/// port is refused afterwards, not answered by a proxy nobody holds.
+/// port is refused afterwards, not answered by a proxy nobody holds. (The proxy port is a
+/// port found free and closed again: another test could take it in between, which the
+/// error's address check tells apart from this failure.)
 #[tokio::test]
 async fn an_admin_port_in_use_fails_the_start_and_nothing_is_left_serving() {
     let up = upstream().await;
@@ -149,9 +151,16 @@ async fn an_admin_port_in_use_fails_the_start_and_nothing_is_left_serving() {
     })
     .await;
 
-    assert!(started.is_err(), "the admin port is in use");
-    tokio::task::yield_now().await;
-    let connected = tokio::net::TcpStream::connect(listen).await;
+    let admin = taken.local_addr().expect("addr");
+    assert!(
+        matches!(&started, Err(ProxyError::Bind { addr, .. }) if *addr == admin),
+        "the start fails on the admin port: {:?}",
+        started.err()
+    );
+    // A blocking connect, so that no task runs in between: a loopback handshake completes
+    // within the call when anything still listens on the port (an accept loop left behind
+    // would only close it once polled).
+    let connected = std::net::TcpStream::connect(listen);
     assert!(
         connected.is_err(),
         "nothing may serve {listen} after a failed start"
