@@ -206,33 +206,47 @@ where
             .extensions()
             .get::<ConnectTimeout>()
             .map(|c| c.0.min(crate::PoolConfig::MAX_CONNECT_TIMEOUT));
-        let prepared = self.prepare(request.map(Body::new));
-        let inner = Arc::clone(&self.inner);
-        Box::pin(async move {
-            let mut response = match prepared? {
-                Prepared::Http1(pool, request) => pool.send(request, connect_timeout).await?,
-                Prepared::Http2(request) => {
-                    let target = request.uri().authority().map(|a| a.to_string());
-                    let sent = inner.http2.request(request);
-                    let sent = match connect_timeout {
-                        Some(timeout) => H2_CONNECT_TIMEOUT.scope(timeout, sent).await,
-                        None => sent.await,
-                    };
-                    match sent {
-                        Ok(response) => response.map(Body::new),
-                        // Never sent: as retryable as the HTTP/1.1 pool's failed connects.
-                        Err(error) if error.is_connect() => {
-                            let target = target.unwrap_or_default();
-                            return Err(ConnectError::new(target, io::Error::other(error)).into());
-                        }
-                        Err(error) => return Err(error.into()),
-                    }
-                }
-            };
-            strip_hop_by_hop(response.headers_mut());
-            Ok(response)
-        })
+        // Each kind of request gets a box the size of its own future: built on the stack and
+        // moved into its box, an HTTP/1.1 request would otherwise carry (and copy) the HTTP/2
+        // client's much larger state too.
+        match self.prepare(request.map(Body::new)) {
+            Ok(Prepared::Http1(pool, request)) => Box::pin(async move {
+                let mut response = pool.send(request, connect_timeout).await?;
+                strip_hop_by_hop(response.headers_mut());
+                Ok(response)
+            }),
+            Ok(Prepared::Http2(request)) => {
+                Box::pin(send_h2(Arc::clone(&self.inner), request, connect_timeout))
+            }
+            Err(error) => Box::pin(std::future::ready(Err(error.into()))),
+        }
     }
+}
+
+/// Sends an HTTP/2 request through the HTTP/2 client, its connect bounded by
+/// `connect_timeout` when the request's route gives one.
+async fn send_h2(
+    inner: Arc<Inner>,
+    request: Request<Body>,
+    connect_timeout: Option<Duration>,
+) -> Result<Response<Body>, ForwardError> {
+    let target = request.uri().authority().map(|a| a.to_string());
+    let sent = inner.http2.request(request);
+    let sent = match connect_timeout {
+        Some(timeout) => H2_CONNECT_TIMEOUT.scope(timeout, sent).await,
+        None => sent.await,
+    };
+    let mut response = match sent {
+        Ok(response) => response.map(Body::new),
+        // Never sent: as retryable as the HTTP/1.1 pool's failed connects.
+        Err(error) if error.is_connect() => {
+            let target = target.unwrap_or_default();
+            return Err(ConnectError::new(target, io::Error::other(error)).into());
+        }
+        Err(error) => return Err(error.into()),
+    };
+    strip_hop_by_hop(response.headers_mut());
+    Ok(response)
 }
 
 tokio::task_local! {
