@@ -462,9 +462,7 @@ async fn a_request_in_absolute_form_carries_its_targets_host_without_userinfo() 
 
 #[tokio::test]
 async fn pool_settings_out_of_range_are_refused_at_start() {
-    use stormguard_proxy::{
-        Direction, EgressConfig, InvalidPool, PoolConfig, Proxy, ProxyConfig, ProxyError,
-    };
+    use stormguard_proxy::{InvalidPool, PoolConfig, Proxy, ProxyConfig, ProxyError};
     for (pool, field) in [
         (
             PoolConfig::new().with_connect_timeout(Duration::ZERO),
@@ -475,19 +473,11 @@ async fn pool_settings_out_of_range_are_refused_at_start() {
             "pool.idle_timeout",
         ),
     ] {
-        let error = Proxy::start(ProxyConfig {
-            listen: "127.0.0.1:0".parse().expect("addr"),
-            admin: None,
-            upstream: None,
-            direction: Direction::Egress(EgressConfig {
-                policy: PolicySource::Fixed(policy(RETRYING_GET)),
-                fault: None,
-                seed: Some(7),
-            }),
+        let config = ProxyConfig {
             pool,
-        })
-        .await
-        .expect_err("out of range");
+            ..egress_config(None, PolicySource::Fixed(policy(RETRYING_GET)), None, None)
+        };
+        let error = Proxy::start(config).await.expect_err("out of range");
         assert!(
             matches!(error, ProxyError::Pool(InvalidPool { field: f, .. }) if f == field),
             "{error}"

@@ -138,20 +138,18 @@ async fn an_admin_port_in_use_fails_the_start_and_nothing_is_left_serving() {
         .and_then(|l| l.local_addr())
         .expect("a free port");
 
-    let started = stormguard_proxy::Proxy::start(stormguard_proxy::ProxyConfig {
-        listen,
-        admin: Some(taken.local_addr().expect("addr")),
-        upstream: Some(up.addr.to_string().parse().expect("upstream")),
-        direction: stormguard_proxy::Direction::Egress(stormguard_proxy::EgressConfig {
-            policy: PolicySource::Fixed(policy(THREE_ATTEMPTS)),
-            fault: None,
-            seed: Some(7),
-        }),
-        pool: stormguard_proxy::PoolConfig::default(),
-    })
-    .await;
-
     let admin = taken.local_addr().expect("addr");
+    let config = stormguard_proxy::ProxyConfig {
+        listen,
+        ..egress_config(
+            Some(up.addr),
+            PolicySource::Fixed(policy(THREE_ATTEMPTS)),
+            None,
+            Some(admin),
+        )
+    };
+
+    let started = stormguard_proxy::Proxy::start(config).await;
     assert!(
         matches!(&started, Err(ProxyError::Bind { addr, .. }) if *addr == admin),
         "the start fails on the admin port: {:?}",

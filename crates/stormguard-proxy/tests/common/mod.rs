@@ -178,7 +178,20 @@ pub async fn egress_with(
     fault: Option<stormguard::fault::FaultConfig>,
     admin: Option<SocketAddr>,
 ) -> Proxy {
-    Proxy::start(ProxyConfig {
+    Proxy::start(egress_config(upstream, policy, fault, admin))
+        .await
+        .expect("the egress proxy starts")
+}
+
+/// The configuration [`egress_with`] starts: listening on a port of the system's choice, the
+/// default pool, a fixed seed.
+pub fn egress_config(
+    upstream: Option<SocketAddr>,
+    policy: PolicySource,
+    fault: Option<stormguard::fault::FaultConfig>,
+    admin: Option<SocketAddr>,
+) -> ProxyConfig {
+    ProxyConfig {
         listen: "127.0.0.1:0".parse().expect("addr"),
         admin,
         upstream: upstream.map(|a| a.to_string().parse::<Upstream>().expect("upstream")),
@@ -188,9 +201,7 @@ pub async fn egress_with(
             seed: Some(7),
         }),
         pool: PoolConfig::default(),
-    })
-    .await
-    .expect("the egress proxy starts")
+    }
 }
 
 pub async fn ingress(upstream: SocketAddr, config: IngressConfig) -> Proxy {
