@@ -49,10 +49,11 @@
 //! [`classify`](crate::classify) retries).
 //!
 //! An endpoint's latency is given as percentiles (`p50`, `p90`, `p99`, `p999`, each
-//! optional; none below an earlier one) or as a histogram, `histogram = [{ le = "100ms", count = 950 }, …]`: each
-//! bucket counts the requests that took at most `le` and more than the bucket before it
-//! (not cumulative), and the percentiles are read from it as the upper bound of the bucket
-//! where the cumulative count reaches them.
+//! optional; none below an earlier one) or as a histogram,
+//! `histogram = [{ le = "100ms", count = 950 }, …]`: each bucket counts the requests that
+//! took at most `le` and more than the bucket before it (not cumulative), and the
+//! percentiles are read from it as the upper bound of the bucket where the cumulative count
+//! reaches them.
 //!
 //! Calls must not form a cycle, no path may make more than [`MAX_DEPTH`] calls, and every
 //! call must name a service and endpoint the graph has. A file that breaks a rule is refused with a [`GraphError`] naming the file, line,

@@ -103,8 +103,7 @@
 //! they fit (the table's misses 1.17 M -> 1.05 M, the run's instructions 3.8 % more); the
 //! latency counts as 32-bit numbers, with a carry for the rare count that wraps (2.5 %
 //! fewer misses, 0.5 % more instructions, and the counts are written off the loop's
-//! critical path); the tokens of the attempts in
-//! flight in a vector of their own by slot, so that the per-try timers' checks of attempts
+//! critical path); the tokens of the attempts in flight in a vector of their own by slot, so that the per-try timers' checks of attempts
 //! long answered read four bytes, not a request's line (1.1 % fewer misses, 0.3 % more
 //! instructions, no wall-clock gain in paired runs); a wheel bucket of up to 16 events
 //! sorted by rank (each event's place counted by comparisons whose outcomes are added, not
@@ -113,9 +112,8 @@
 //! whether its service limits its workers (0.2 M fewer simulated mispredictions for 0.9 %
 //! more instructions); token buckets and unlimited budgets called by their own types, not
 //! through the trait object (0.26 % fewer instructions, for a second copy of the core's
-//! mapping from a budget spec to its type); and, measured
-//! in wall-clock time once the draws no longer read a table (paired runs, where time
-//! samples pointed): the latency counts recorded as bucket numbers in a batch of 64 per
+//! mapping from a budget spec to its type); and, measured in wall-clock time once the
+//! draws no longer read a table (paired runs, where time samples pointed): the latency counts recorded as bucket numbers in a batch of 64 per
 //! service, counted a batch at a time (the instruction after a count held 8 % of the time
 //! samples; six paired 120 s runs, 1.90 to 2.11 s against 1.63 to 2.07 s without), and the
 //! wheel's buckets holding their first eight events in one block of events, with their
