@@ -94,7 +94,7 @@ impl<O> Table<O> {
 
 /// What the stack is building its endpoints from: a whole routed file, or one named endpoint
 /// that takes every request.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Source {
     Routes(PolicyFile),
     Single(String, Box<EndpointPolicy>),
@@ -107,6 +107,14 @@ impl Source {
             Source::Single(name, policy) => BTreeMap::from([(name.clone(), (**policy).clone())]),
         }
     }
+}
+
+/// What a good swap did.
+enum Swapped {
+    /// The new policies are in use.
+    New,
+    /// They were the policies in use already: nothing was built.
+    Same,
 }
 
 /// The live policies of one stack, shared by every service the stack's layer made. Cheap to
@@ -173,22 +181,27 @@ impl<O: Observer> Policies<O> {
     /// This is the one entry point of a new policy, whether it comes from code (a policy
     /// center), from [`reload`](Policies::reload) or from a file watcher; each outcome is
     /// recorded in [`status`](Policies::status) and the metrics (see
-    /// [`client::reload`](super::reload)).
+    /// [`client::reload`](super::reload)). A file whose policies are the ones in use changes
+    /// nothing and is not counted as a swap: one save can reach a watcher as two bursts of
+    /// events, and a center may send a version again.
     pub fn swap(&self, file: &PolicyFile) -> Result<(), InvalidPolicies> {
         let _one_at_a_time = self
             .inner
             .swapping
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let result = self.swap_locked(file);
-        match &result {
-            Ok(()) => self.inner.status.succeeded(self.version(), file),
-            Err(error) => self.inner.status.failed(error),
+        match self.swap_locked(file) {
+            Ok(Swapped::New) => self.inner.status.succeeded(self.version(), file),
+            Ok(Swapped::Same) => self.inner.status.unchanged(),
+            Err(error) => {
+                self.inner.status.failed(&error);
+                return Err(error);
+            }
         }
-        result
+        Ok(())
     }
 
-    fn swap_locked(&self, file: &PolicyFile) -> Result<(), InvalidPolicies> {
+    fn swap_locked(&self, file: &PolicyFile) -> Result<Swapped, InvalidPolicies> {
         let source = match &self.inner.single {
             None => Source::Routes(file.clone()),
             Some(name) => {
@@ -209,9 +222,12 @@ impl<O: Observer> Policies<O> {
             }
         };
         let old = self.inner.table.load_full();
+        if old.source == source {
+            return Ok(Swapped::Same);
+        }
         let now = self.inner.builder.wall.now();
         build_table(&self.inner.builder, &source, Some(&old), now)?.put_in(&self.inner.table);
-        Ok(())
+        Ok(Swapped::New)
     }
 
     /// Builds the table again from the same policies when a time-window edge has passed by

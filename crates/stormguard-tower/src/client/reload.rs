@@ -39,7 +39,8 @@ pub enum ReloadError {
 pub struct ReloadStatus {
     /// The [content hash](Policies::version) of the policies in use.
     pub version: u64,
-    /// Swaps that succeeded (from code, a reload or the watcher), the first build excluded.
+    /// Swaps that changed the policies (from code, a reload or the watcher), the first
+    /// build excluded. A swap of the policies already in use is not counted.
     pub swaps: u64,
     /// Swaps and reloads that failed and left the policies as they were.
     pub errors: u64,
@@ -88,6 +89,12 @@ impl StatusCell {
         );
     }
 
+    /// A good file held the policies already in use: nothing changed, but the last
+    /// attempt did not fail.
+    pub(crate) fn unchanged(&self) {
+        self.lock().last_error = None;
+    }
+
     pub(crate) fn failed(&self, error: &dyn std::fmt::Display) {
         let message = error.to_string();
         #[cfg(feature = "metrics")]
@@ -118,5 +125,46 @@ impl<O: Observer> Policies<O> {
                 Err(error.into())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stormguard::policy::PolicyFile;
+
+    use crate::client::ClientLayer;
+
+    fn file(attempts: u32) -> PolicyFile {
+        PolicyFile::from_toml(&format!(
+            "[endpoints.\"GET /x\"]\nidempotency = \"idempotent\"\n\
+             retry = {{ max_attempts = {attempts} }}\n"
+        ))
+        .expect("valid")
+    }
+
+    #[test]
+    fn a_swap_of_the_policies_in_use_is_not_counted_but_clears_the_last_error() {
+        let layer = ClientLayer::from_policy_file(&file(2)).expect("stack");
+        let policies = layer.policies();
+        let first = policies.version();
+
+        policies.swap(&file(2)).expect("the same policies");
+        assert_eq!(policies.status().swaps, 0, "nothing changed");
+        assert_eq!(policies.version(), first);
+
+        policies.swap(&file(3)).expect("new policies");
+        let changed = policies.status();
+        assert_eq!(changed.swaps, 1);
+        assert_ne!(changed.version, first);
+
+        let missing = std::env::temp_dir().join("stormguard-no-such-dir/policies.toml");
+        policies.reload(&missing).expect_err("no such file");
+        assert!(policies.status().last_error.is_some());
+
+        policies.swap(&file(3)).expect("the same policies again");
+        let after = policies.status();
+        assert_eq!(after.swaps, 1, "the same policies are not a second swap");
+        assert_eq!(after.errors, 1);
+        assert_eq!(after.last_error, None, "the last attempt did not fail");
     }
 }
