@@ -88,7 +88,8 @@ async fn a_broken_policy_file_keeps_the_last_good_one() {
         &file,
         "[endpoints.\"GET /*\"]\nretry = { max_attempts = 99 }\n",
     );
-    eventually(async || status(admin).await["policy"]["errors"] == 1).await;
+    // One save may be read more than once: each read of the bad file counts.
+    eventually(async || status(admin).await["policy"]["errors"].as_u64() >= Some(1)).await;
 
     let after = status(admin).await;
     assert!(

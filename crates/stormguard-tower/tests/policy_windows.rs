@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
+use stormguard::breaker::BreakerState;
 use stormguard::deadline::WallClock;
 use stormguard::policy::PolicyFile;
 use stormguard::retry::StopReason;
@@ -222,4 +223,47 @@ async fn across_new_yorks_fall_back_the_stack_follows_the_first_occurrence_rule(
             "{minute} minutes after 04:00 UTC"
         );
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_same_file_swapped_in_after_an_edge_no_call_followed_puts_the_windows_policy_in_force()
+{
+    // 02:59 in Shanghai; /stock's window gives it a breaker of its own at 03:00.
+    let wall = wall_from(utc("2026-06-01T18:59:00Z"));
+    let failing = Arc::new(Mutex::new(true));
+    let layer = ClientLayerBuilder::routes(&PolicyFile::from_toml(POLICY).unwrap())
+        .with_wall_clock(wall)
+        .with_seed(1)
+        .build()
+        .unwrap();
+    let client = layer.layer(downstream(Arc::clone(&failing), Arc::default()));
+    for _ in 0..4 {
+        assert_eq!(
+            call(&client, "GET", "/stock").await,
+            Ok(StatusCode::SERVICE_UNAVAILABLE)
+        );
+    }
+    let stock = |layer: &stormguard_tower::client::ClientLayer| {
+        layer
+            .policies()
+            .endpoint_status()
+            .into_iter()
+            .find(|e| e.name == "GET /stock")
+            .and_then(|e| e.breaker)
+    };
+    assert_eq!(stock(&layer), Some(BreakerState::Open));
+
+    // 03:00, and no call since: a reload of the unchanged file (a watcher's second read)
+    // is no swap, but it builds the policies now in force, as the next call would have.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    layer
+        .policies()
+        .swap(&PolicyFile::from_toml(POLICY).unwrap())
+        .unwrap();
+    assert_eq!(layer.policies().status().swaps, 0);
+    assert_eq!(
+        stock(&layer),
+        Some(BreakerState::Closed),
+        "the window's breaker"
+    );
 }

@@ -5,7 +5,8 @@
 //! another, and calls in flight finish on the policy they started with. [`Policies::swap`]
 //! builds the new table beside the old one — validating every endpoint first, so an invalid
 //! policy never replaces a good one — carries each endpoint's state over where its own
-//! configuration did not change (see [`endpoint`](super::endpoint)), and publishes it.
+//! configuration did not change (see [`endpoint`](super::endpoint)), and publishes it. The
+//! policies already in use are not built again: the table in use stays.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -57,6 +58,17 @@ pub(crate) struct Table<O> {
     version: u64,
     /// The next time-window edge of any endpoint, after which the table is built again.
     pub(crate) next_edge: Option<SystemTime>,
+}
+
+impl<O> Table<O> {
+    /// What the policies in use allow but probably do not mean, as the status shows them.
+    fn warnings(&self) -> Vec<String> {
+        self.file
+            .warnings()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
 }
 
 impl<O: Observer> Table<O> {
@@ -113,7 +125,7 @@ impl Source {
 enum Swapped {
     /// The new policies are in use.
     New,
-    /// They were the policies in use already: nothing was built.
+    /// They were the policies in use already.
     Same,
 }
 
@@ -157,7 +169,7 @@ impl<O: Observer> Policies<O> {
         };
         let now = builder.wall.now();
         let table = build_table(&builder, &source, None, now)?;
-        let status = StatusCell::new(table.version);
+        let status = StatusCell::new(table.version, table.warnings());
         let cell = ArcSwap::from_pointee(table);
         cell.load().hold_breakers();
         Ok(Policies {
@@ -172,7 +184,7 @@ impl<O: Observer> Policies<O> {
     }
 
     /// Replaces the policies with `file`'s: every endpoint is validated and built first, and
-    /// nothing changes unless all of them are good. Each endpoint's budget, breaker, throttle
+    /// nothing changes unless all of them are good (nor when they are the policies in use). Each endpoint's budget, breaker, throttle
     /// and latency window survive when their own configuration is unchanged (see
     /// [`client::endpoint`](super) for what survives). Calls in flight finish on the policy
     /// they started with. A stack built for one endpoint ([`ClientLayer::new`](super::ClientLayer::new))
@@ -183,22 +195,25 @@ impl<O: Observer> Policies<O> {
     /// recorded in [`status`](Policies::status) and the metrics (see
     /// [`client::reload`](super::reload)). A file whose policies are the ones in use changes
     /// nothing and is not counted as a swap: one save can reach a watcher as two bursts of
-    /// events, and a center may send a version again.
+    /// events, and a center may send a version again. (So a time zone's rules, read when a
+    /// file is loaded, change with the file's text or at a restart, not with a reload of the
+    /// same text.)
     pub fn swap(&self, file: &PolicyFile) -> Result<(), InvalidPolicies> {
         let _one_at_a_time = self
             .inner
             .swapping
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match self.swap_locked(file) {
-            Ok(Swapped::New) => self.inner.status.succeeded(self.version(), file),
-            Ok(Swapped::Same) => self.inner.status.unchanged(),
-            Err(error) => {
-                self.inner.status.failed(&error);
-                return Err(error);
+        let result = self.swap_locked(file);
+        match &result {
+            Ok(Swapped::New) => {
+                let table = self.inner.table.load();
+                self.inner.status.succeeded(table.version, table.warnings());
             }
+            Ok(Swapped::Same) => self.inner.status.unchanged(),
+            Err(error) => self.inner.status.failed(error),
         }
-        Ok(())
+        result.map(|_| ())
     }
 
     fn swap_locked(&self, file: &PolicyFile) -> Result<Swapped, InvalidPolicies> {
@@ -222,12 +237,15 @@ impl<O: Observer> Policies<O> {
             }
         };
         let old = self.inner.table.load_full();
-        if old.source == source {
+        let now = self.inner.builder.wall.now();
+        let same = old.source == source;
+        // The same policies past a window edge no call has followed yet are built again (the
+        // policies in force changed, as `follow_windows` would do), still not a swap.
+        if same && old.next_edge.is_none_or(|edge| edge > now) {
             return Ok(Swapped::Same);
         }
-        let now = self.inner.builder.wall.now();
         build_table(&self.inner.builder, &source, Some(&old), now)?.put_in(&self.inner.table);
-        Ok(Swapped::New)
+        Ok(if same { Swapped::Same } else { Swapped::New })
     }
 
     /// Builds the table again from the same policies when a time-window edge has passed by

@@ -10,6 +10,9 @@
 //!   gauge `stormguard_policy_version` (the [content hash](Policies::version) in use);
 //! - with the `tracing` feature, a warning event per failure, an info event per swap.
 //!
+//! A good file whose policies are already in use is not a swap: no count, no event. A bad one
+//! is counted each time it is read, so a save that reaches a watcher twice counts twice.
+//!
 //! `Policies::watch` (feature `watch`) calls [`Policies::reload`] whenever the file
 //! changes.
 
@@ -44,13 +47,13 @@ pub struct ReloadStatus {
     pub swaps: u64,
     /// Swaps and reloads that failed and left the policies as they were.
     pub errors: u64,
-    /// When the last swap succeeded.
+    /// When the policies last changed by a swap.
     pub last_swap: Option<SystemTime>,
     /// The last failure, if the last attempt failed: when, and why. `None` once a later swap
-    /// succeeds.
+    /// or reload succeeds, whether or not it changed the policies.
     pub last_error: Option<(SystemTime, String)>,
     /// What the policies in use allow but probably do not mean (see
-    /// [`PolicyFile::warnings`]).
+    /// [`PolicyFile::warnings`]; a stack built for one endpoint shows that endpoint's).
     pub warnings: Vec<String>,
 }
 
@@ -58,11 +61,12 @@ pub struct ReloadStatus {
 pub(crate) struct StatusCell(Mutex<ReloadStatus>);
 
 impl StatusCell {
-    pub(crate) fn new(version: u64) -> Self {
+    pub(crate) fn new(version: u64, warnings: Vec<String>) -> Self {
         #[cfg(feature = "metrics")]
         metrics::gauge!("stormguard_policy_version").set(version as f64);
         StatusCell(Mutex::new(ReloadStatus {
             version,
+            warnings,
             ..ReloadStatus::default()
         }))
     }
@@ -71,8 +75,7 @@ impl StatusCell {
         self.lock().clone()
     }
 
-    pub(crate) fn succeeded(&self, version: u64, file: &PolicyFile) {
-        let warnings = file.warnings().iter().map(ToString::to_string).collect();
+    pub(crate) fn succeeded(&self, version: u64, warnings: Vec<String>) {
         let mut status = self.lock();
         status.version = version;
         status.swaps += 1;
@@ -130,41 +133,78 @@ impl<O: Observer> Policies<O> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use stormguard::policy::PolicyFile;
 
     use crate::client::ClientLayer;
 
-    fn file(attempts: u32) -> PolicyFile {
+    /// `GET /x` with `attempts` attempts of at most 1 s each in 1.5 s: a third one can never
+    /// start, which is a warning. `other` sets another endpoint's attempts.
+    fn file(attempts: u32, other: u32) -> PolicyFile {
         PolicyFile::from_toml(&format!(
             "[endpoints.\"GET /x\"]\nidempotency = \"idempotent\"\n\
-             retry = {{ max_attempts = {attempts} }}\n"
+             timeouts = {{ per_try = \"1s\", overall = \"1500ms\" }}\n\
+             retry = {{ max_attempts = {attempts} }}\n\
+             [endpoints.\"GET /y\"]\nretry = {{ max_attempts = {other} }}\n"
         ))
         .expect("valid")
     }
 
     #[test]
-    fn a_swap_of_the_policies_in_use_is_not_counted_but_clears_the_last_error() {
-        let layer = ClientLayer::from_policy_file(&file(2)).expect("stack");
+    fn a_swap_of_the_policies_in_use_builds_nothing_is_not_counted_and_clears_the_last_error() {
+        let layer = ClientLayer::from_policy_file(&file(3, 1)).expect("stack");
         let policies = layer.policies();
-        let first = policies.version();
+        let first = policies.inner.table.load_full();
+        let first_version = policies.version();
+        assert_eq!(
+            policies.status().warnings.len(),
+            1,
+            "the first policies' warning"
+        );
 
-        policies.swap(&file(2)).expect("the same policies");
+        policies.swap(&file(3, 1)).expect("the same policies");
+        assert!(
+            Arc::ptr_eq(&first, &policies.inner.table.load_full()),
+            "the table in use stays"
+        );
         assert_eq!(policies.status().swaps, 0, "nothing changed");
-        assert_eq!(policies.version(), first);
+        assert_eq!(policies.status().warnings.len(), 1);
 
-        policies.swap(&file(3)).expect("new policies");
+        policies.swap(&file(2, 1)).expect("new policies");
         let changed = policies.status();
         assert_eq!(changed.swaps, 1);
-        assert_ne!(changed.version, first);
+        assert_ne!(changed.version, first_version);
+        assert!(changed.warnings.is_empty(), "{:?}", changed.warnings);
 
         let missing = std::env::temp_dir().join("stormguard-no-such-dir/policies.toml");
         policies.reload(&missing).expect_err("no such file");
         assert!(policies.status().last_error.is_some());
 
-        policies.swap(&file(3)).expect("the same policies again");
+        policies.swap(&file(2, 1)).expect("the same policies again");
         let after = policies.status();
         assert_eq!(after.swaps, 1, "the same policies are not a second swap");
         assert_eq!(after.errors, 1);
         assert_eq!(after.last_error, None, "the last attempt did not fail");
+    }
+
+    #[test]
+    fn a_stack_for_one_endpoint_swaps_only_when_that_endpoints_policy_changes() {
+        let start = file(3, 1);
+        let policy = start.endpoint("GET /x").expect("the endpoint").clone();
+        let layer = ClientLayer::named("GET /x", policy).expect("stack");
+        let policies = layer.policies();
+        let first = policies.inner.table.load_full();
+        let first_version = policies.version();
+
+        policies
+            .swap(&file(3, 2))
+            .expect("another endpoint changed");
+        assert!(Arc::ptr_eq(&first, &policies.inner.table.load_full()));
+        assert_eq!(policies.status().swaps, 0);
+
+        policies.swap(&file(2, 2)).expect("this endpoint changed");
+        assert_eq!(policies.status().swaps, 1);
+        assert_ne!(policies.version(), first_version);
     }
 }

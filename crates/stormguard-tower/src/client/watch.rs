@@ -4,8 +4,10 @@
 //! rename it over the old one, which ends a watch on the old file. So the watcher watches the
 //! file's directory and reacts to any event on the file's name, and it debounces: the burst of
 //! events of one save (create, write, rename, metadata) becomes one reload, read once the
-//! burst has been quiet for the debounce time. Each reload is [`Policies::reload`]: validated
-//! first, a bad file keeps the last good policies.
+//! burst has been quiet for the debounce time — usually: on a busy machine one save can
+//! reach the watcher as two bursts, and the file is read twice (the second read finds the
+//! policies in use and is not counted as a swap). Each reload is [`Policies::reload`]:
+//! validated first, a bad file keeps the last good policies.
 //!
 //! Write the file as those tools do, a new file renamed over the old one: a file rewritten in
 //! place can be read half-written, and a prefix of a policy file may itself be a valid (and
