@@ -281,13 +281,16 @@ fn a_prometheus_server_gives_the_same_advice_as_the_snapshot() {
     );
     let labels = format!("endpoint=\"GET /search\",run=\"{run}\",");
     let samples = generated(4, 1200);
-    let full = exposition(&samples, &labels, 1);
-    let zero = exposition(&samples, &labels, 0);
     // Scrapes served so far, signalled to the waiting test on each one.
     let scrapes = Arc::new((Mutex::new(0usize), Condvar::new()));
 
-    // The test service: zero counts on the first scrape, all of them from the second on, so
-    // the increase over the window is exactly the snapshot's counts.
+    // The test service: zero counts on the first scrape, and the snapshot's counts once more
+    // on each one after it, so the increase between any two scrapes is a multiple of the
+    // snapshot's counts (the same quantiles), wherever the clock's 5-minute windows fall
+    // between them (a window edge between the first two scrapes once left the day's query
+    // with no window that saw an increase).
+    let served_samples = samples.clone();
+    let served_labels = labels.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -302,7 +305,7 @@ fn a_prometheus_server_gives_the_same_advice_as_the_snapshot() {
         axum::routing::get(move || {
             let (count, scraped) = &*served;
             let mut n = count.lock().unwrap();
-            let body = if *n == 0 { zero.clone() } else { full.clone() };
+            let body = exposition(&served_samples, &served_labels, *n as u64);
             *n += 1;
             scraped.notify_all();
             async move { body }
