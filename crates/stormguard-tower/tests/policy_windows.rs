@@ -16,7 +16,7 @@ use stormguard::deadline::WallClock;
 use stormguard::policy::PolicyFile;
 use stormguard::retry::StopReason;
 use stormguard_tower::body::ReplayBody;
-use stormguard_tower::client::{Client, ClientLayerBuilder};
+use stormguard_tower::client::{Client, ClientLayer, ClientLayerBuilder};
 use tower::util::BoxCloneService;
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -66,6 +66,15 @@ fn wall_from(origin: SystemTime) -> WallClock {
     WallClock::from_fn(move || origin + (tokio::time::Instant::now() - start))
 }
 
+/// The stack of [`POLICY`] at 18:59 UTC, 02:59 in Shanghai: the window starts in one minute.
+fn seeds_case_at_02_59() -> ClientLayer {
+    ClientLayerBuilder::routes(&PolicyFile::from_toml(POLICY).unwrap())
+        .with_wall_clock(wall_from(utc("2026-06-01T18:59:00Z")))
+        .with_seed(1)
+        .build()
+        .unwrap()
+}
+
 type Body = Full<Bytes>;
 type Svc = BoxCloneService<Request<ReplayBody<Body>>, Response<Body>, std::convert::Infallible>;
 
@@ -107,15 +116,9 @@ async fn call(client: &Client<Svc>, method: &str, path: &str) -> Result<StatusCo
 
 #[tokio::test(start_paused = true)]
 async fn the_maintenance_window_applies_at_its_edges_without_a_reload_and_keeps_the_breaker() {
-    // 18:59 UTC is 02:59 in Shanghai: the window starts in one minute.
-    let wall = wall_from(utc("2026-06-01T18:59:00Z"));
     let failing = Arc::new(Mutex::new(false));
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let layer = ClientLayerBuilder::routes(&PolicyFile::from_toml(POLICY).unwrap())
-        .with_wall_clock(wall)
-        .with_seed(1)
-        .build()
-        .unwrap();
+    let layer = seeds_case_at_02_59();
     let client = layer.layer(downstream(Arc::clone(&failing), Arc::clone(&seen)));
     let version = layer.policies().version();
     let last_timeout = || seen.lock().unwrap().last().cloned().unwrap_or_default();
@@ -228,14 +231,9 @@ async fn across_new_yorks_fall_back_the_stack_follows_the_first_occurrence_rule(
 #[tokio::test(start_paused = true)]
 async fn the_same_file_swapped_in_after_an_edge_no_call_followed_puts_the_windows_policy_in_force()
 {
-    // 02:59 in Shanghai; /stock's window gives it a breaker of its own at 03:00.
-    let wall = wall_from(utc("2026-06-01T18:59:00Z"));
+    // /stock's window gives it a breaker of its own at 03:00.
     let failing = Arc::new(Mutex::new(true));
-    let layer = ClientLayerBuilder::routes(&PolicyFile::from_toml(POLICY).unwrap())
-        .with_wall_clock(wall)
-        .with_seed(1)
-        .build()
-        .unwrap();
+    let layer = seeds_case_at_02_59();
     let client = layer.layer(downstream(Arc::clone(&failing), Arc::default()));
     for _ in 0..4 {
         assert_eq!(
@@ -243,7 +241,7 @@ async fn the_same_file_swapped_in_after_an_edge_no_call_followed_puts_the_window
             Ok(StatusCode::SERVICE_UNAVAILABLE)
         );
     }
-    let stock = |layer: &stormguard_tower::client::ClientLayer| {
+    let stock = |layer: &ClientLayer| {
         layer
             .policies()
             .endpoint_status()

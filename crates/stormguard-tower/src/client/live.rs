@@ -184,20 +184,22 @@ impl<O: Observer> Policies<O> {
     }
 
     /// Replaces the policies with `file`'s: every endpoint is validated and built first, and
-    /// nothing changes unless all of them are good (nor when they are the policies in use). Each endpoint's budget, breaker, throttle
-    /// and latency window survive when their own configuration is unchanged (see
-    /// [`client::endpoint`](super) for what survives). Calls in flight finish on the policy
-    /// they started with. A stack built for one endpoint ([`ClientLayer::new`](super::ClientLayer::new))
-    /// takes that endpoint's policy from the file (or the file's `default`).
+    /// nothing changes unless all of them are good (nor when they are the policies in use).
+    /// Each endpoint's budget, breaker, throttle and latency window survive when their own
+    /// configuration is unchanged (see [`client::endpoint`](super) for what survives). Calls
+    /// in flight finish on the policy they started with. A stack built for one endpoint
+    /// ([`ClientLayer::new`](super::ClientLayer::new)) takes that endpoint's policy from the
+    /// file (or the file's `default`).
     ///
     /// This is the one entry point of a new policy, whether it comes from code (a policy
     /// center), from [`reload`](Policies::reload) or from a file watcher; each outcome is
     /// recorded in [`status`](Policies::status) and the metrics (see
     /// [`client::reload`](super::reload)). A file whose policies are the ones in use changes
     /// nothing and is not counted as a swap: one save can reach a watcher as two bursts of
-    /// events, and a center may send a version again. (So a time zone's rules, read when a
-    /// file is loaded, change with the file's text or at a restart, not with a reload of the
-    /// same text.)
+    /// events, and a center may send a version again. It only follows a time-window edge
+    /// that no call has followed yet, as the next call would. (So a time zone's rules, read
+    /// when a file is loaded, change with the file's text or at a restart, not with a reload
+    /// of the same text.)
     pub fn swap(&self, file: &PolicyFile) -> Result<(), InvalidPolicies> {
         let _one_at_a_time = self
             .inner
@@ -210,7 +212,12 @@ impl<O: Observer> Policies<O> {
                 let table = self.inner.table.load();
                 self.inner.status.succeeded(table.version, table.warnings());
             }
-            Ok(Swapped::Same) => self.inner.status.unchanged(),
+            Ok(Swapped::Same) => {
+                self.inner.status.unchanged();
+                // A window edge no call has followed yet is followed now, as the next call
+                // would: the policies in force (and the status page) are the edge's.
+                self.follow_windows_locked(self.inner.builder.wall.now());
+            }
             Err(error) => self.inner.status.failed(error),
         }
         result.map(|_| ())
@@ -237,15 +244,12 @@ impl<O: Observer> Policies<O> {
             }
         };
         let old = self.inner.table.load_full();
-        let now = self.inner.builder.wall.now();
-        let same = old.source == source;
-        // The same policies past a window edge no call has followed yet are built again (the
-        // policies in force changed, as `follow_windows` would do), still not a swap.
-        if same && old.next_edge.is_none_or(|edge| edge > now) {
+        if old.source == source {
             return Ok(Swapped::Same);
         }
+        let now = self.inner.builder.wall.now();
         build_table(&self.inner.builder, &source, Some(&old), now)?.put_in(&self.inner.table);
-        Ok(if same { Swapped::Same } else { Swapped::New })
+        Ok(Swapped::New)
     }
 
     /// Builds the table again from the same policies when a time-window edge has passed by
@@ -258,6 +262,11 @@ impl<O: Observer> Policies<O> {
             .swapping
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.follow_windows_locked(now);
+    }
+
+    /// [`follow_windows`](Policies::follow_windows) with the swap lock held.
+    fn follow_windows_locked(&self, now: SystemTime) {
         let old = self.inner.table.load_full();
         if old.next_edge.is_none_or(|edge| edge > now) {
             return; // another call followed this edge already
