@@ -26,7 +26,10 @@
 //!    generator, `--role load`, in the manner of wrk2: 64 keep-alive connections, request
 //!    *i* scheduled at *i* / rate, latency measured from each request's *scheduled* send time,
 //!    so a stall is not hidden by coordinated omission): p50, p99, p99.9, and each proxy's
-//!    addition over direct.
+//!    addition over direct. The targets take turns here too, `--rounds` times: the table gives
+//!    the median of each percentile, and the median of each round's addition over that
+//!    round's direct run (one 5 s run's p99 on two shared cores moved by milliseconds from
+//!    run to run).
 //! 3. **503s then an outage**: the upstream answers 503 to every 10th request, then to all;
 //!    500 GET/s for the phase; upstream requests per client request. Then POSTs without a key
 //!    under 10 % 503s: how many the upstream sees per client POST.
@@ -243,7 +246,8 @@ struct Row {
     max_rps: f64,
     cpu_ms_per_1k: Option<f64>,
     rss_kib: Option<u64>,
-    latency: Option<serde_json::Value>,
+    /// One summary of the generator per round.
+    latency: Vec<serde_json::Value>,
     partial: Option<f64>,
     outage: Option<f64>,
     post: Option<f64>,
@@ -546,10 +550,12 @@ fn orchestrate(seconds: u64, rounds: usize) -> BoxResult<()> {
         .map_or(1000.0, |r| r.max_rps);
     let rate = ((reference * 0.5) as u64).max(100);
     println!("fixed rate: {rate} req/s");
-    for t in &targets {
-        let summary = generate(&me, t.port, rate, seconds, "GET")?;
-        println!("latency: {} {summary}", t.name);
-        rows.entry(t.name).or_default().latency = Some(summary);
+    for round in 1..=rounds.max(1) {
+        for t in &targets {
+            let summary = generate(&me, t.port, rate, seconds, "GET")?;
+            println!("latency: round {round} {} {summary}", t.name);
+            rows.entry(t.name).or_default().latency.push(summary);
+        }
     }
     // 3. 10 % 503s, an outage, unkeyed POSTs under 10 % 503s
     for t in targets.iter().filter(|t| t.name != "direct") {
@@ -577,15 +583,28 @@ fn orchestrate(seconds: u64, rounds: usize) -> BoxResult<()> {
 
     let load_average = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("\nload average at end: {}", load_average.trim());
-    let direct = rows.get("direct").and_then(|r| r.latency.clone());
+    let direct = rows
+        .get("direct")
+        .map(|r| r.latency.clone())
+        .unwrap_or_default();
+    // The median of a percentile over the rounds, and the median of its per-round addition
+    // over direct (rounds paired in order: each ran on the same machine state).
     let added = |row: &Row, key: &str| -> String {
-        match (row.latency.as_ref(), direct.as_ref()) {
-            (Some(l), Some(d)) => {
-                let (a, b) = (l[key].as_i64().unwrap_or(0), d[key].as_i64().unwrap_or(0));
-                format!("{} (+{})", a, a - b)
-            }
-            _ => "-".to_owned(),
+        let value = |summary: &serde_json::Value| summary[key].as_f64().unwrap_or(0.0);
+        if row.latency.is_empty() {
+            return "-".to_owned();
         }
+        let own: Vec<f64> = row.latency.iter().map(value).collect();
+        let over: Vec<f64> = row
+            .latency
+            .iter()
+            .zip(&direct)
+            .map(|(l, d)| value(l) - value(d))
+            .collect();
+        if over.is_empty() {
+            return format!("{:.0}", median(&own));
+        }
+        format!("{:.0} ({:+.0})", median(&own), median(&over))
     };
     println!(
         "\n| target | max req/s (1 core) | p50 µs | p99 µs | p99.9 µs | CPU-ms / 1k req | RSS KiB | upstream req per client req: 10 % 503 | outage | unkeyed POST under 10 % 503 |"
@@ -612,7 +631,7 @@ fn orchestrate(seconds: u64, rounds: usize) -> BoxResult<()> {
         );
     }
     println!(
-        "\nmax req/s and CPU: medians of {rounds} rounds; fixed rate {rate} req/s for {seconds} s; latency added over direct in parentheses"
+        "\nmedians of {rounds} rounds; fixed rate {rate} req/s for {seconds} s per round; in parentheses the median of each round's latency added over direct"
     );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
