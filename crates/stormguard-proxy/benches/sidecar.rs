@@ -583,10 +583,7 @@ fn orchestrate(seconds: u64, rounds: usize) -> BoxResult<()> {
 
     let load_average = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("\nload average at end: {}", load_average.trim());
-    let direct = rows
-        .get("direct")
-        .map(|r| r.latency.clone())
-        .unwrap_or_default();
+    let direct: &[serde_json::Value] = rows.get("direct").map_or(&[], |r| &r.latency);
     // The median of a percentile over the rounds, and the median of its per-round addition
     // over direct (rounds paired in order: each ran on the same machine state).
     let added = |row: &Row, key: &str| -> String {
@@ -598,7 +595,7 @@ fn orchestrate(seconds: u64, rounds: usize) -> BoxResult<()> {
         let over: Vec<f64> = row
             .latency
             .iter()
-            .zip(&direct)
+            .zip(direct)
             .map(|(l, d)| value(l) - value(d))
             .collect();
         if over.is_empty() {
