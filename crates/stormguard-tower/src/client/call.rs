@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::{self, Either, FutureExt, TryFutureExt};
 use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
@@ -174,33 +175,33 @@ where
             let mut first = Some((service, original));
             let observer_ref = &observer;
             let op = move |attempt: Attempt| {
-                let first = first.take();
-                let spare = spares.clone();
-                let breaker = breaker.clone();
+                // The breaker is asked before the attempt is handed to the service.
+                let permit = match &breaker {
+                    Some(breaker) => match breaker.try_acquire_owned() {
+                        Ok(permit) => Some(permit),
+                        Err(open) => {
+                            let refused = BoxError::from(Refusal::BreakerOpen(open));
+                            return Either::Left(future::ready(Err(refused)));
+                        }
+                    },
+                    None => None,
+                };
                 let window = window.clone();
-                let sent = send.attempt(&attempt, first, spare, observer_ref);
-                async move {
-                    let pass = match &breaker {
-                        Some(breaker) => match breaker.try_acquire_owned() {
-                            Ok(permit) => Some((permit, Instant::now())),
-                            Err(open) => return Err(BoxError::from(Refusal::BreakerOpen(open))),
-                        },
-                        None => None,
-                    };
-                    let at = Instant::now();
-                    let result = sent.await;
+                let at = Instant::now();
+                let sent = send.attempt(&attempt, first.take(), spares.clone(), observer_ref);
+                Either::Right(sent.map(move |result| {
                     let health = || match &result {
                         Ok(response) => wire::health_outcome(response.status(), response.headers()),
                         Err(e) => wire::classify_transport_error(e.as_ref()),
                     };
-                    if let Some((permit, at)) = pass {
+                    if let Some(permit) = permit {
                         permit.record(health(), at.elapsed());
                     } else if let Some(window) = &window {
                         // The latency window a percentile hedge reads.
                         window.record(health(), at.elapsed());
                     }
                     result
-                }
+                }))
             };
             let report = hedger
                 .run_report_with(call, op, classifier, &observer)
@@ -231,17 +232,17 @@ where
             }
         }
         _ => {
-            let spares = service.clone();
+            // The operation holds references only: the retry loop keeps it (and moves it)
+            // for the whole call, so each byte it holds is paid several times over.
+            let mut spares = service.clone();
             let mut first = Some((service, original));
-            let observer_ref = &observer;
+            let (first, spares, send, observer) = (&mut first, &mut spares, &send, &observer);
             let op = move |attempt: Attempt| {
-                let first = first.take();
-                let spare = spares.clone();
-                send.attempt(&attempt, first, spare, observer_ref)
+                send.attempt(&attempt, first.take(), spares.clone(), observer)
             };
             endpoint
                 .retrier
-                .run_report_with(call, op, classifier, &observer)
+                .run_report_with(call, op, classifier, observer)
                 .await
         }
     };
@@ -279,18 +280,22 @@ where
     ReqB::Error: Into<BoxError>,
 {
     /// The future of one attempt: the first is sent through the service made ready by the
-    /// caller with the caller's own request head (`first`), a later one through a ready clone
-    /// of `spare` with a copy of the template; each with its number and deadline on the wire,
-    /// under the attempt's deadline.
+    /// caller with the caller's own head (`first`), a later one through a ready clone of
+    /// `spare` with a copy of the template; each with its number and deadline on the wire,
+    /// under the attempt's deadline. The first is handed to its service here (the retry loop
+    /// and the hedger poll an attempt as soon as they make it).
+    ///
+    /// Built from combinators, not an `async` block: a block would keep the request and the
+    /// service's future twice over, once as what it captured and once as what it awaits,
+    /// and every call pays for each byte of an attempt's future several times (it is moved
+    /// into the retry loop's future, which is moved into the call's box).
     fn attempt<S, ResB, O>(
         &self,
         attempt: &Attempt,
         first: Option<(S, Parts)>,
         spare: S,
         observer: &CallObserver<'_, O>,
-    ) -> impl std::future::Future<Output = Result<Response<ReplayBody<ResB>>, BoxError>>
-    + Send
-    + use<ReqB, S, ResB, O>
+    ) -> impl Future<Output = Result<Response<ReplayBody<ResB>>, BoxError>> + Send + use<ReqB, S, ResB, O>
     where
         S: Service<Request<ReplayBody<ReqB>>, Response = Response<ResB>> + Send,
         S::Future: Send,
@@ -306,35 +311,37 @@ where
             Some((service, head)) => (Some(service), Some(head)),
             None => (None, None),
         };
-        let prepared = self.request(attempt, head);
-        #[cfg(feature = "tracing")]
-        let span = observer.span();
-        #[cfg(not(feature = "tracing"))]
-        let _ = observer;
-        let future = async move {
-            let (request, deadline) = prepared?;
-            let call = async move {
-                match first {
-                    Some(mut service) => service.call(request).await,
-                    None => spare.oneshot(request).await,
-                }
-            };
-            let response = match deadline {
-                Some(deadline) => deadline::scope(deadline, call).await,
-                None => call.await,
+        let sent = match self.request(attempt, head) {
+            Err(refused) => Either::Left(future::ready(Err(refused))),
+            Ok((request, deadline)) => {
+                let call = match first {
+                    Some(mut service) => Either::Left(service.call(request)),
+                    None => Either::Right(spare.oneshot(request)),
+                };
+                let call = match deadline {
+                    Some(deadline) => Either::Left(deadline::scope(deadline, call)),
+                    None => Either::Right(call),
+                };
+                Either::Right(call.map_err(Into::into))
             }
-            .map_err(Into::into)?;
+        };
+        let future = sent.and_then(move |response| {
             let (head, body) = response.into_parts();
             if !fill {
-                return Ok(Response::from_parts(head, ReplayBody::passthrough(body)));
+                let response = Response::from_parts(head, ReplayBody::passthrough(body));
+                return Either::Left(future::ready(Ok(response)));
             }
             // A unary gRPC response says how it went in its trailers: read it (bounded).
-            let mut body = ReplayBody::new(body, grpc_limit);
-            Box::pin(body.fill()).await?;
-            Ok(Response::from_parts(head, body))
-        };
+            Either::Right(async move {
+                let mut body = ReplayBody::new(body, grpc_limit);
+                Box::pin(body.fill()).await?;
+                Ok(Response::from_parts(head, body))
+            })
+        });
         #[cfg(feature = "tracing")]
-        let future = tracing::Instrument::instrument(future, span);
+        let future = tracing::Instrument::instrument(future, observer.span());
+        #[cfg(not(feature = "tracing"))]
+        let _ = observer;
         future
     }
 

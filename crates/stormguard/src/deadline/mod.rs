@@ -333,6 +333,10 @@ pub use current::{current, scope, with_current};
 
 #[cfg(feature = "tokio")]
 mod current {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
     use super::Deadline;
 
     tokio::task_local! {
@@ -364,12 +368,49 @@ mod current {
     /// assert!(deadline::current().is_none());
     /// # }
     /// ```
-    pub async fn scope<F: Future>(deadline: Deadline, fut: F) -> F::Output {
-        let effective = with_current(|outer| match outer {
-            Some(outer) if outer.at < deadline.at => outer.clone(),
-            _ => deadline,
-        });
-        CURRENT.scope(effective, fut).await
+    pub fn scope<F: Future>(deadline: Deadline, fut: F) -> impl Future<Output = F::Output> {
+        Scope::Entering { deadline, fut }
+    }
+
+    pin_project_lite::pin_project! {
+        /// The future of [`scope`]. The enclosing deadline is read when it is first polled,
+        /// where it runs (a scope built outside another and awaited inside it is still
+        /// shortened by it), and `fut` is held once: moved, not yet pinned, into tokio's
+        /// task-local scope then.
+        #[project = ScopeProj]
+        #[project_replace = ScopeTaken]
+        enum Scope<F: Future> {
+            Entering { deadline: Deadline, fut: F },
+            Entered { #[pin] scoped: tokio::task::futures::TaskLocalFuture<Deadline, F> },
+            Moving,
+        }
+    }
+
+    impl<F: Future> Future for Scope<F> {
+        type Output = F::Output;
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+            if let ScopeProj::Entering { .. } = self.as_mut().project() {
+                if let ScopeTaken::Entering { deadline, fut } =
+                    self.as_mut().project_replace(Scope::Moving)
+                {
+                    let effective = with_current(|outer| match outer {
+                        Some(outer) if outer.at < deadline.at => outer.clone(),
+                        _ => deadline,
+                    });
+                    self.set(Scope::Entered {
+                        scoped: CURRENT.scope(effective, fut),
+                    });
+                }
+            }
+            match self.project() {
+                ScopeProj::Entered { scoped } => scoped.poll(cx),
+                // `Moving` lasts only inside the block above, which always leaves `Entered`.
+                ScopeProj::Entering { .. } | ScopeProj::Moving => {
+                    unreachable!("deadline scope polled while entering")
+                }
+            }
+        }
     }
 
     /// The current task's deadline, or `None` outside any [`scope`].

@@ -1,5 +1,6 @@
 //! The async retrier: [`RetryRun`] driven by tokio's timer.
 
+use std::borrow::Borrow;
 use std::future::Future;
 use std::time::Duration;
 
@@ -281,78 +282,80 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
     /// a closure `|r: &Result<T, E>| -> Outcome` or [`ByErrorClass`](crate::classify::ByErrorClass)
     /// will do. When the last attempt returned `Ok` with a value classified as a failure, that
     /// value is returned as `Ok` (use [`Retrier::run_report`] to see why it stopped).
-    pub async fn run<T, E, F, Fut, C>(&self, op: F, classifier: C) -> Result<T, RetryError<E>>
+    pub fn run<T, E, F, Fut, C>(
+        &self,
+        op: F,
+        classifier: C,
+    ) -> impl Future<Output = Result<T, RetryError<E>>>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<T, E>,
     {
         self.drive(&DEFAULT_CALL, op, classifier, &self.observer, into_result)
-            .await
     }
 
     /// [`Retrier::run`] with per-call options.
-    pub async fn run_with<T, E, F, Fut, C>(
+    pub fn run_with<T, E, F, Fut, C>(
         &self,
         call: Call,
         op: F,
         classifier: C,
-    ) -> Result<T, RetryError<E>>
+    ) -> impl Future<Output = Result<T, RetryError<E>>>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<T, E>,
     {
-        self.drive(&call, op, classifier, &self.observer, into_result)
-            .await
+        self.drive(call, op, classifier, &self.observer, into_result)
     }
 
     /// Runs `op` and reports the last result, the attempts sent and why it stopped.
-    pub async fn run_report<T, E, F, Fut, C>(
+    pub fn run_report<T, E, F, Fut, C>(
         &self,
         call: Call,
         op: F,
         classifier: C,
-    ) -> Report<T, E>
+    ) -> impl Future<Output = Report<T, E>>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<T, E>,
     {
         self.run_report_with(call, op, classifier, &self.observer)
-            .await
     }
 
     /// [`Retrier::run_report`] with an observer for this call only (instead of the
     /// retrier's), for hooks that need the call's own context: a request id, a span.
-    pub async fn run_report_with<T, E, F, Fut, C, P>(
+    pub fn run_report_with<T, E, F, Fut, C, P>(
         &self,
         call: Call,
         op: F,
         classifier: C,
         observer: &P,
-    ) -> Report<T, E>
+    ) -> impl Future<Output = Report<T, E>>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         C: Classifier<T, E>,
         P: RetryObserver,
     {
-        self.drive(&call, op, classifier, observer, |result, attempts, stop| {
+        self.drive(call, op, classifier, observer, |result, attempts, stop| {
             Report {
                 result,
                 attempts,
                 stop,
             }
         })
-        .await
     }
 
     /// The retry loop; `finish` shapes what the caller gets, so the success path builds
-    /// nothing it does not return.
+    /// nothing it does not return. The public entry points hand back this future itself (an
+    /// `async fn` around it would keep a second copy of the operation and its arguments), and
+    /// `call` is the caller's own or a shared default.
     async fn drive<T, E, F, Fut, C, P, Out>(
         &self,
-        call: &Call,
+        call: impl Borrow<Call>,
         mut op: F,
         classifier: C,
         observer: &P,
@@ -364,6 +367,7 @@ impl<B: RetryBudget, O: RetryObserver, R: RandomSource, G: AttemptGate> Retrier<
         C: Classifier<T, E>,
         P: RetryObserver,
     {
+        let call = call.borrow();
         let retry_safe = call.is_retry_safe(self.policy.idempotent());
         let request = crate::budget::RequestGuard::new(&self.budget);
         // The first attempt, when nothing but the operation bounds it, runs before any retry
