@@ -558,6 +558,25 @@ mod tests {
         use super::*;
         use crate::deadline::{current, scope, with_current};
 
+        #[test]
+        fn a_scope_holds_the_future_it_wraps_once() {
+            // An `async fn` around tokio's scope held the wrapped future twice: a client's
+            // attempt paid for every byte of it two times over, at every call.
+            let big = async {
+                let buffer = [7u8; 4096];
+                std::future::ready(()).await;
+                buffer.len()
+            };
+            let wrapped = std::mem::size_of_val(&big);
+            let deadline = Deadline::after(MS(100), ManualClock::new().clock());
+            let scoped = scope(deadline, big);
+            assert!(
+                std::mem::size_of_val(&scoped) < wrapped + 128,
+                "scope({wrapped} bytes) is {} bytes",
+                std::mem::size_of_val(&scoped)
+            );
+        }
+
         #[tokio::test(start_paused = true)]
         async fn none_outside_any_scope() {
             assert!(current().is_none());
