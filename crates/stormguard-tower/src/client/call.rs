@@ -171,11 +171,14 @@ where
             // The caller made `service` ready: the first attempt must go through it (a
             // clone of a `Buffer`, such as a tonic channel, is not ready); later ones through
             // clones made ready by `oneshot`.
-            let spares = service.clone();
+            let mut spares = service.clone();
             let mut first = Some((service, original));
             let observer_ref = &observer;
             let op = move |attempt: Attempt| {
-                // The breaker is asked before the attempt is handed to the service.
+                // The first attempt uses up the caller's ready service and head, sent or not.
+                let first = first.take();
+                // The hedger polls an attempt as soon as it makes it, unless an earlier copy
+                // has just answered: then this permit is taken and let go unused.
                 let permit = match &breaker {
                     Some(breaker) => match breaker.try_acquire_owned() {
                         Ok(permit) => Some(permit),
@@ -187,8 +190,8 @@ where
                     None => None,
                 };
                 let window = window.clone();
+                let sent = send.attempt(&attempt, first, &mut spares, observer_ref);
                 let at = Instant::now();
-                let sent = send.attempt(&attempt, first.take(), spares.clone(), observer_ref);
                 Either::Right(sent.map(move |result| {
                     let health = || match &result {
                         Ok(response) => wire::health_outcome(response.status(), response.headers()),
@@ -237,9 +240,7 @@ where
             let mut spares = service.clone();
             let mut first = Some((service, original));
             let (first, spares, send, observer) = (&mut first, &mut spares, &send, &observer);
-            let op = move |attempt: Attempt| {
-                send.attempt(&attempt, first.take(), spares.clone(), observer)
-            };
+            let op = move |attempt: Attempt| send.attempt(&attempt, first.take(), spares, observer);
             endpoint
                 .retrier
                 .run_report_with(call, op, classifier, observer)
@@ -282,8 +283,8 @@ where
     /// The future of one attempt: the first is sent through the service made ready by the
     /// caller with the caller's own head (`first`), a later one through a ready clone of
     /// `spare` with a copy of the template; each with its number and deadline on the wire,
-    /// under the attempt's deadline. The first is handed to its service here (the retry loop
-    /// and the hedger poll an attempt as soon as they make it).
+    /// under the attempt's deadline. Either service is called on the attempt's first poll,
+    /// inside the attempt's deadline scope and span, where a layer below reads them.
     ///
     /// Built from combinators, not an `async` block: a block would keep the request and the
     /// service's future twice over, once as what it captured and once as what it awaits,
@@ -293,11 +294,11 @@ where
         &self,
         attempt: &Attempt,
         first: Option<(S, Parts)>,
-        spare: S,
+        spares: &mut S,
         observer: &CallObserver<'_, O>,
     ) -> impl Future<Output = Result<Response<ReplayBody<ResB>>, BoxError>> + Send + use<ReqB, S, ResB, O>
     where
-        S: Service<Request<ReplayBody<ReqB>>, Response = Response<ResB>> + Send,
+        S: Service<Request<ReplayBody<ReqB>>, Response = Response<ResB>> + Clone + Send,
         S::Future: Send,
         S::Error: Into<BoxError>,
         ResB: Body + Send + 'static,
@@ -315,8 +316,10 @@ where
             Err(refused) => Either::Left(future::ready(Err(refused))),
             Ok((request, deadline)) => {
                 let call = match first {
-                    Some(mut service) => Either::Left(service.call(request)),
-                    None => Either::Right(spare.oneshot(request)),
+                    Some(mut service) => {
+                        Either::Left(future::lazy(move |_| service.call(request)).flatten())
+                    }
+                    None => Either::Right(spares.clone().oneshot(request)),
                 };
                 let call = match deadline {
                     Some(deadline) => Either::Left(deadline::scope(deadline, call)),

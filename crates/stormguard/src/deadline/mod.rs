@@ -347,6 +347,8 @@ mod current {
     ///
     /// If an enclosing scope's deadline is earlier, that one stays current: a nested scope can
     /// only shorten the deadline, never extend it.
+    /// The enclosing scope is the one the returned future is first polled in, not the one it
+    /// was built in.
     ///
     /// The deadline is not inherited by tasks spawned inside `fut`; pass it explicitly by
     /// wrapping the spawned future in `scope(deadline.clone(), ...)`.
