@@ -53,6 +53,19 @@ async fn deadlines_seen_when_called(policy: &str) -> Vec<Option<Duration>> {
     seen.lock().expect("not poisoned").clone()
 }
 
+/// Asserts that each of the three calls saw a deadline, and none further than `limit`.
+fn assert_each_saw_at_most(seen: &[Option<Duration>], limit: Duration) {
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for (call, left) in seen.iter().enumerate() {
+        let left = left.unwrap_or_else(|| panic!("call {} saw no deadline", call + 1));
+        assert!(
+            left <= limit,
+            "call {} saw {left:?}, over {limit:?}",
+            call + 1
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn every_retried_attempt_is_called_under_its_per_try_deadline() {
     let seen = deadlines_seen_when_called(
@@ -65,15 +78,7 @@ async fn every_retried_attempt_is_called_under_its_per_try_deadline() {
         "#,
     )
     .await;
-    assert_eq!(seen.len(), 3, "{seen:?}");
-    for (attempt, left) in seen.iter().enumerate() {
-        let left = left.unwrap_or_else(|| panic!("attempt {} saw no deadline", attempt + 1));
-        assert!(
-            left <= Duration::from_millis(200),
-            "attempt {} saw {left:?}, not its per-try deadline",
-            attempt + 1
-        );
-    }
+    assert_each_saw_at_most(&seen, Duration::from_millis(200));
 }
 
 #[tokio::test(start_paused = true)]
@@ -88,13 +93,5 @@ async fn every_hedged_copy_is_called_under_the_calls_deadline() {
         "#,
     )
     .await;
-    assert_eq!(seen.len(), 3, "{seen:?}");
-    for (copy, left) in seen.iter().enumerate() {
-        let left = left.unwrap_or_else(|| panic!("copy {} saw no deadline", copy + 1));
-        assert!(
-            left <= Duration::from_secs(5),
-            "copy {} saw {left:?}",
-            copy + 1
-        );
-    }
+    assert_each_saw_at_most(&seen, Duration::from_secs(5));
 }
