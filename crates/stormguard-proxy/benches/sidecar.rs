@@ -24,8 +24,9 @@
 //!    stormguard's ratio to HAProxy in it, are printed as they come).
 //! 2. **latency at a fixed rate** of 50 % of HAProxy's max (this binary's own open-loop
 //!    generator, `--role load`, in the manner of wrk2: 64 keep-alive connections, request
-//!    *i* scheduled at *i* / rate, latency measured from each request's *scheduled* send time,
-//!    so a stall is not hidden by coordinated omission): p50, p99, p99.9, and each proxy's
+//!    *i* scheduled at *i* / rate on the kernel's high-resolution timer, latency measured from
+//!    each request's *scheduled* send time, so a stall is not hidden by coordinated
+//!    omission): p50, p99, p99.9, and each proxy's
 //!    addition over direct. The targets take turns here too, `--rounds` times: the table gives
 //!    the median of each percentile, and the median of each round's addition over that
 //!    round's direct run (one 5 s run's p99 on two shared cores moved by milliseconds from
