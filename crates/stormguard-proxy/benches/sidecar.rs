@@ -38,8 +38,8 @@
 //! The retry settings are the issue's: HAProxy `retries 3` + `retry-on 503 conn-failure`;
 //! nginx `proxy_next_upstream error timeout http_503` (nginx retries only on *another* server,
 //! so the one upstream is listed four times, `proxy_next_upstream_tries 4`: the same 1 + 3);
-//! stormguard 3 attempts, jittered backoff, a gRPC-style token budget (10 tokens, 0.1 per
-//! success).
+//! stormguard 4 attempts (the same 1 + 3), jittered backoff, a gRPC-style token budget (10
+//! tokens, 0.1 per success).
 //!
 //! Each role is this binary run again (`--role upstream|stormguard|load`), so one command
 //! builds and runs everything.
