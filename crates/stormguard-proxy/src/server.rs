@@ -102,7 +102,7 @@ pub(crate) async fn serve(
             let mut builder = auto::Builder::new(TokioExecutor::new());
             // Head and body copied into one buffer and written with one `write`: fewer
             // instructions and cache misses per small answer than hyper's queue of buffers
-            // for `writev` (measured, README); a large body is copied once more.
+            // for `writev` (measured, BENCHMARKS.md); a large body is copied once more.
             builder.http1().writev(false);
             let connection = builder.serve_connection(TokioIo::new(stream), service);
             if let Err(error) = watcher.watch(connection).await {

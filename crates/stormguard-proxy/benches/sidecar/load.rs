@@ -49,8 +49,14 @@ pub(crate) fn load(
         .enable_all()
         .build()?;
     let summary = runtime.block_on(async move {
-        let total = rate * seconds;
+        let total = rate
+            .checked_mul(seconds)
+            .ok_or("--rate × --seconds overflows")?;
         let period = Duration::from_nanos(1_000_000_000 / rate.max(1));
+        if period.is_zero() {
+            // a zero interval would make the timer fire once, not periodically
+            return Err("--rate is above one request per nanosecond".into());
+        }
         let (timer, start) = arm(Duration::from_millis(50), period)?;
         let shared = Arc::new(LoadShared {
             next: AtomicU64::new(0),
