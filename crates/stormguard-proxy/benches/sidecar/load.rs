@@ -32,8 +32,8 @@ pub(crate) const LOAD_CONNECTIONS: usize = 64;
 /// percentiles of the requests that waited for it (no coordinated omission). Prints one JSON
 /// line.
 ///
-/// The schedule is kept by [`pace`], on the kernel's high-resolution timer, not by tokio's
-/// timer: see there why.
+/// The schedule is kept by [`pace`], on the kernel's high-resolution timer that [`arm`] sets,
+/// not by tokio's timer: [`arm`] says why.
 pub(crate) fn load(
     url: String,
     rate: u64,
