@@ -42,7 +42,9 @@
 //! tokens, 0.1 per success).
 //!
 //! Each role is this binary run again (`--role upstream|stormguard|load`), so one command
-//! builds and runs everything.
+//! builds and runs everything. `--stormguard PATH` measures a `stormguard` binary instead of
+//! the stormguard role (`PATH proxy egress --workers 1 --log warn`, the same proxy): the
+//! sidecar as shipped, built with profile-guided optimisation by `pgo.sh` beside this file.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -103,6 +105,7 @@ fn main() -> BoxResult<()> {
         None => orchestrate(
             flag("--seconds").map_or(Ok(5), |s| s.parse())?,
             flag("--rounds").map_or(Ok(3), |r| r.parse())?,
+            flag("--stormguard").map(PathBuf::from).as_deref(),
         ),
     }
 }
@@ -211,7 +214,14 @@ fn stormguard(port: u16, upstream: String, policy: PathBuf, multi: bool) -> BoxR
             pool: stormguard_proxy::PoolConfig::default(),
         })
         .await?;
-        proxy.wait().await;
+        // SIGTERM drains and returns, so the process exits through `main`: a build
+        // instrumented for profile-guided optimisation writes its profile at that exit.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            () = proxy.wait() => return Err("the proxy stopped".into()),
+            _ = term.recv() => {}
+        }
+        proxy.shutdown(std::time::Duration::from_secs(1)).await;
         Ok(())
     })
 }
@@ -394,7 +404,9 @@ fn generate(
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
-fn orchestrate(seconds: u64, rounds: usize) -> BoxResult<()> {
+/// Runs every phase; `cli` is a `stormguard` binary to measure instead of this binary's own
+/// stormguard role.
+fn orchestrate(seconds: u64, rounds: usize, cli: Option<&Path>) -> BoxResult<()> {
     let me = std::env::current_exe()?;
     let dir = std::env::temp_dir().join(format!("stormguard-sidecar-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -429,17 +441,31 @@ fn orchestrate(seconds: u64, rounds: usize) -> BoxResult<()> {
     let policy = dir.join("policy.toml");
     std::fs::write(&policy, POLICY)?;
     let port = free_port()?;
+    let proxy = match cli {
+        // The shipped binary (what `pgo.sh` builds): the same proxy as the role below.
+        Some(cli) => {
+            println!("stormguard: {} proxy egress --workers 1", cli.display());
+            let mut command = pinned("1", cli);
+            command
+                .args(["proxy", "egress", "--workers", "1", "--log", "warn"])
+                .args(["--drain", "1s", "--listen", &format!("127.0.0.1:{port}")])
+                .stdout(Stdio::null());
+            command
+        }
+        None => {
+            let mut command = pinned("1", &me);
+            command.args(["--role", "stormguard", "--port", &port.to_string()]);
+            command
+        }
+    }
+    .args(["--upstream", &format!("127.0.0.1:{up_port}")])
+    .arg("--policy")
+    .arg(&policy)
+    .spawn()?;
     targets.push(Target {
         name: "stormguard",
         port,
-        child: Some(
-            pinned("1", &me)
-                .args(["--role", "stormguard", "--port", &port.to_string()])
-                .args(["--upstream", &format!("127.0.0.1:{up_port}")])
-                .arg("--policy")
-                .arg(&policy)
-                .spawn()?,
-        ),
+        child: Some(proxy),
     });
     if on_path("haproxy") {
         let port = free_port()?;

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Builds the sidecar as it ships: `stormguard` with profile-guided optimisation.
+#
+#   crates/stormguard-proxy/pgo.sh [--profile sidecar] [--seconds 5]
+#
+# Why: a proxied request crosses hyper, tokio, tower and our crates, more code than fits
+# the instruction cache, and it is laid out by guesses. A profile of the proxy at work tells
+# LLVM which branches are taken and which functions are hot, so it lays the hot path out
+# together and inlines along it (BENCHMARKS.md has the figures).
+#
+# Steps, each in its own target directory so that the usual builds stay cached:
+# 1. the sidecar bench, built normally: its upstream and load-generator roles drive the
+#    training (they are not instrumented, so only the proxy's work is in the profile);
+# 2. `stormguard` built with `-Cprofile-generate` (target/pgo-generate);
+# 3. training: `stormguard proxy egress --workers 1` between the two: GETs, then GETs and
+#    POSTs without a key while the upstream answers 503 to one request in ten; the proxy
+#    exits on SIGTERM, which writes its profile;
+# 4. `llvm-profdata merge` (the one matching rustc's LLVM; see `profdata` below);
+# 5. `stormguard` built with `-Cprofile-use`: target/pgo/<profile>/stormguard.
+#
+# The bench measures that binary beside HAProxy and nginx:
+#   cargo bench --profile sidecar -p stormguard-proxy --bench sidecar -- \
+#       --stormguard target/pgo/sidecar/stormguard
+#
+# Progress goes to stderr; stdout is the built binary's path. Exit status: 2 for a bad flag
+# or a missing tool, 1 when a step fails.
+set -euo pipefail
+self=$(realpath "$0")
+cd "$(dirname "$self")/../.."
+root=$PWD
+
+profile=sidecar
+seconds=5
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --profile) profile=${2:?--profile needs a value}; shift 2 ;;
+        --seconds) seconds=${2:?--seconds needs a value}; shift 2 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$self" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "pgo.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+case "$seconds" in
+    ''|*[!0-9]*|0) echo "pgo.sh: --seconds must be a whole number above 0, not $seconds" >&2; exit 2 ;;
+esac
+# cargo's directory for a profile: dev builds go to debug/.
+dir=$profile
+[ "$profile" = dev ] && dir=debug
+
+# llvm-profdata must read the raw profiles of rustc's own LLVM: rustup's llvm-tools
+# component, or a system LLVM of the same major version, or $LLVM_PROFDATA.
+profdata() {
+    local major sysroot host
+    major=$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
+    sysroot=$(rustc --print sysroot)
+    host=$(rustc -vV | sed -n 's/^host: //p')
+    for candidate in "${LLVM_PROFDATA:-}" "$sysroot/lib/rustlib/$host/bin/llvm-profdata" \
+        "llvm-profdata-$major" llvm-profdata; do
+        [ -n "$candidate" ] || continue
+        command -v "$candidate" >/dev/null || continue
+        if "$candidate" --version | grep -q "LLVM version $major\."; then
+            echo "$candidate"
+            return
+        fi
+    done
+    echo "pgo.sh: no llvm-profdata for LLVM $major (rustc's): rustup component add llvm-tools," \
+        "or install LLVM $major (Debian: apt-get install llvm-$major), or set LLVM_PROFDATA" >&2
+    exit 2
+}
+merge=$(profdata)
+
+# The path of the executable cargo built for the given target name.
+executable() {
+    python3 -c 'import json, sys
+print(next(m["executable"] for m in map(json.loads, sys.stdin)
+           if m.get("reason") == "compiler-artifact" and m["target"]["name"] == sys.argv[1]
+           and m.get("executable")))' "$1"
+}
+
+echo "pgo: 1/5 the bench's upstream and load roles" >&2
+bench=$(cargo bench -q --profile "$profile" -p stormguard-proxy --bench sidecar --no-run \
+    --message-format=json | executable sidecar)
+
+echo "pgo: 2/5 stormguard, instrumented" >&2
+raw="$root/target/pgo-generate/profiles"
+rm -rf "$raw"
+CARGO_TARGET_DIR="$root/target/pgo-generate" RUSTFLAGS="-Cprofile-generate=$raw" \
+    cargo build -q --profile "$profile" -p stormguard-cli
+instrumented="$root/target/pgo-generate/$dir/stormguard"
+
+echo "pgo: 3/5 training for $((seconds * 4)) s" >&2
+work=$(mktemp -d)
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+wait_port() {
+    for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done
+    echo "pgo.sh: nothing listens on 127.0.0.1:$1" >&2
+    exit 1
+}
+cat >"$work/policy.toml" <<'EOF'
+[endpoints.default]
+idempotency = "key"
+timeouts = { per_try = "1s", overall = "5s" }
+retry = { max_attempts = 4 }
+backoff = { kind = "exponential", base = "1ms", cap = "10ms", jitter = "full" }
+budget = { kind = "grpc", max_tokens = 10, token_ratio = 0.1 }
+EOF
+up_port=$(free_port)
+"$bench" --role upstream --port "$up_port" &
+upstream=$!
+proxy_port=$(free_port)
+LLVM_PROFILE_FILE="$raw/proxy-%p.profraw" "$instrumented" proxy egress --workers 1 --log warn \
+    --listen "127.0.0.1:$proxy_port" --upstream "127.0.0.1:$up_port" \
+    --policy "$work/policy.toml" >/dev/null &
+proxy=$!
+trap 'kill $upstream $proxy 2>/dev/null || true; rm -rf "$work"' EXIT
+wait_port "$up_port"
+wait_port "$proxy_port"
+load() {
+    "$bench" --role load --url "http://127.0.0.1:$proxy_port/" --seconds "$seconds" "$@" >/dev/null
+}
+# The bench's upstream answers 503 to every Nth request after GET /__mode/N.
+mode() {
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1]).read()' \
+        "http://127.0.0.1:$up_port/__mode/$1"
+}
+load --rate 20000
+mode 10
+load --rate 5000
+load --rate 2000 --method POST
+mode 0
+load --rate 20000
+kill -TERM "$proxy"
+wait "$proxy" || { echo "pgo.sh: the instrumented proxy did not exit cleanly" >&2; exit 1; }
+
+echo "pgo: 4/5 merging the profile" >&2
+mkdir -p "$root/target/pgo"
+"$merge" merge -o "$root/target/pgo/merged.profdata" "$raw"/proxy-*.profraw
+# Cargo does not watch the file a flag names: the profile's name carries its digest, so a
+# new profile changes RUSTFLAGS and every crate is built again with it.
+digest=$(sha256sum "$root/target/pgo/merged.profdata" | cut -c1-16)
+profile_data="$root/target/pgo/stormguard-proxy-$digest.profdata"
+rm -f "$root"/target/pgo/stormguard-proxy-*.profdata
+mv "$root/target/pgo/merged.profdata" "$profile_data"
+
+echo "pgo: 5/5 stormguard with the profile" >&2
+CARGO_TARGET_DIR="$root/target/pgo" RUSTFLAGS="-Cprofile-use=$profile_data" \
+    cargo build -q --profile "$profile" -p stormguard-cli
+echo "$root/target/pgo/$dir/stormguard"
