@@ -2,6 +2,7 @@
 # Builds the sidecar as it ships: `stormguard` with profile-guided optimisation.
 #
 #   crates/stormguard-proxy/pgo.sh [--profile sidecar] [--seconds 5]
+#   crates/stormguard-proxy/pgo.sh --profdata     # prints the llvm-profdata it would use
 #
 # Why: a proxied request crosses hyper, tokio, tower and our crates, more code than fits
 # the instruction cache, and it is laid out by guesses. A profile of the proxy at work tells
@@ -13,14 +14,17 @@
 #    training (they are not instrumented, so only the proxy's work is in the profile);
 # 2. `stormguard` built with `-Cprofile-generate` (target/pgo-generate);
 # 3. training: `stormguard proxy egress --workers 1` between the two: GETs, then GETs and
-#    POSTs without a key while the upstream answers 503 to one request in ten; the proxy
-#    exits on SIGTERM, which writes its profile;
+#    POSTs without a key while the upstream answers 503 to one request in ten; each load
+#    must be answered without a connection error, and the proxy exits on SIGTERM, which
+#    writes its profile;
 # 4. `llvm-profdata merge` (the one matching rustc's LLVM; see `profdata` below);
-# 5. `stormguard` built with `-Cprofile-use`: target/pgo/<profile>/stormguard.
+# 5. `stormguard` built with `-Cprofile-use`: target/pgo/<host>/<profile>/stormguard.
+# The builds pass `--target` (the host), so the flags reach the binary's crates but not
+# build scripts or proc macros, which would write profiles of their own.
 #
 # The bench measures that binary beside HAProxy and nginx:
 #   cargo bench --profile sidecar -p stormguard-proxy --bench sidecar -- \
-#       --stormguard target/pgo/sidecar/stormguard
+#       --stormguard "$(crates/stormguard-proxy/pgo.sh)"
 #
 # Progress goes to stderr; stdout is the built binary's path. Exit status: 2 for a bad flag
 # or a missing tool, 1 when a step fails.
@@ -29,35 +33,43 @@ self=$(realpath "$0")
 cd "$(dirname "$self")/../.."
 root=$PWD
 
+usage() {
+    echo "pgo.sh: $1 (try --help)" >&2
+    exit 2
+}
 profile=sidecar
 seconds=5
+only_profdata=
 while [ $# -gt 0 ]; do
     case "$1" in
-        --profile) profile=${2:?--profile needs a value}; shift 2 ;;
-        --seconds) seconds=${2:?--seconds needs a value}; shift 2 ;;
+        --profile) [ $# -ge 2 ] || usage "--profile needs a value"; profile=$2; shift 2 ;;
+        --seconds) [ $# -ge 2 ] || usage "--seconds needs a value"; seconds=$2; shift 2 ;;
+        --profdata) only_profdata=1; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$self" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        *) echo "pgo.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
+        *) usage "unknown argument $1" ;;
     esac
 done
 case "$seconds" in
-    ''|*[!0-9]*|0) echo "pgo.sh: --seconds must be a whole number above 0, not $seconds" >&2; exit 2 ;;
+    ''|*[!0-9]*|0) usage "--seconds must be a whole number above 0, not $seconds" ;;
 esac
-# cargo's directory for a profile: dev builds go to debug/.
-dir=$profile
-[ "$profile" = dev ] && dir=debug
+# cargo's directory for a profile: the built-in ones share two; the others have their own.
+case "$profile" in
+    dev|test) dir=debug ;;
+    release|bench) dir=release ;;
+    *) dir=$profile ;;
+esac
+host=$(rustc -vV | sed -n 's/^host: //p')
 
-# llvm-profdata must read the raw profiles of rustc's own LLVM: rustup's llvm-tools
-# component, or a system LLVM of the same major version, or $LLVM_PROFDATA.
+# llvm-profdata must read the raw profiles of rustc's own LLVM: $LLVM_PROFDATA, rustup's
+# llvm-tools component, or a system LLVM of the same major version.
 profdata() {
-    local major sysroot host
+    local major candidate version
     major=$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
-    sysroot=$(rustc --print sysroot)
-    host=$(rustc -vV | sed -n 's/^host: //p')
-    for candidate in "${LLVM_PROFDATA:-}" "$sysroot/lib/rustlib/$host/bin/llvm-profdata" \
+    for candidate in "${LLVM_PROFDATA:-}" "$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata" \
         "llvm-profdata-$major" llvm-profdata; do
-        [ -n "$candidate" ] || continue
-        command -v "$candidate" >/dev/null || continue
-        if "$candidate" --version | grep -q "LLVM version $major\."; then
+        [ -n "$candidate" ] && command -v "$candidate" >/dev/null || continue
+        version=$("$candidate" --version 2>/dev/null) || continue
+        if [[ $version == *"LLVM version $major."* ]]; then
             echo "$candidate"
             return
         fi
@@ -67,6 +79,10 @@ profdata() {
     exit 2
 }
 merge=$(profdata)
+if [ -n "$only_profdata" ]; then
+    echo "$merge"
+    exit 0
+fi
 
 # The path of the executable cargo built for the given target name.
 executable() {
@@ -74,6 +90,12 @@ executable() {
 print(next(m["executable"] for m in map(json.loads, sys.stdin)
            if m.get("reason") == "compiler-artifact" and m["target"]["name"] == sys.argv[1]
            and m.get("executable")))' "$1"
+}
+# `stormguard` built into target directory $1 with the extra rustc flag $2.
+build_cli() {
+    CARGO_TARGET_DIR="$1" RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$2" \
+        cargo build -q --profile "$profile" --target "$host" -p stormguard-cli
+    echo "$1/$host/$dir/stormguard"
 }
 
 echo "pgo: 1/5 the bench's upstream and load roles" >&2
@@ -83,12 +105,21 @@ bench=$(cargo bench -q --profile "$profile" -p stormguard-proxy --bench sidecar 
 echo "pgo: 2/5 stormguard, instrumented" >&2
 raw="$root/target/pgo-generate/profiles"
 rm -rf "$raw"
-CARGO_TARGET_DIR="$root/target/pgo-generate" RUSTFLAGS="-Cprofile-generate=$raw" \
-    cargo build -q --profile "$profile" -p stormguard-cli
-instrumented="$root/target/pgo-generate/$dir/stormguard"
+instrumented=$(build_cli "$root/target/pgo-generate" "-Cprofile-generate=$raw")
 
 echo "pgo: 3/5 training for $((seconds * 4)) s" >&2
+upstream=
+proxy=
 work=$(mktemp -d)
+stop() {
+    local pid
+    for pid in $upstream $proxy; do
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$work"
+}
+trap stop EXIT
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -106,22 +137,32 @@ backoff = { kind = "exponential", base = "1ms", cap = "10ms", jitter = "full" }
 budget = { kind = "grpc", max_tokens = 10, token_ratio = 0.1 }
 EOF
 up_port=$(free_port)
-"$bench" --role upstream --port "$up_port" &
+"$bench" --role upstream --port "$up_port" >/dev/null &
 upstream=$!
 proxy_port=$(free_port)
 LLVM_PROFILE_FILE="$raw/proxy-%p.profraw" "$instrumented" proxy egress --workers 1 --log warn \
-    --listen "127.0.0.1:$proxy_port" --upstream "127.0.0.1:$up_port" \
+    --drain 1s --listen "127.0.0.1:$proxy_port" --upstream "127.0.0.1:$up_port" \
     --policy "$work/policy.toml" >/dev/null &
 proxy=$!
-trap 'kill $upstream $proxy 2>/dev/null || true; rm -rf "$work"' EXIT
 wait_port "$up_port"
 wait_port "$proxy_port"
+# One phase of the generator through the proxy; every request must get an answer.
 load() {
-    "$bench" --role load --url "http://127.0.0.1:$proxy_port/" --seconds "$seconds" "$@" >/dev/null
+    local summary
+    summary=$(timeout $((seconds + 30)) "$bench" --role load --seconds "$seconds" \
+        --url "http://127.0.0.1:$proxy_port/" "$@") ||
+        { echo "pgo.sh: the training load failed or hung ($*)" >&2; exit 1; }
+    python3 -c 'import json, sys
+r = json.loads(sys.argv[1])
+answered = sum(r["statuses"].values())
+if r["errors"] or answered != r["sent"]:
+    sys.exit(f"pgo.sh: training requests went unanswered: {r}")' "$summary"
 }
-# The bench's upstream answers 503 to every Nth request after GET /__mode/N.
+# The bench's upstream answers 503 to every Nth request after GET /__mode/N (asked
+# directly, whatever http_proxy says).
 mode() {
-    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1]).read()' \
+    python3 -c 'import sys, urllib.request
+urllib.request.build_opener(urllib.request.ProxyHandler({})).open(sys.argv[1]).read()' \
         "http://127.0.0.1:$up_port/__mode/$1"
 }
 load --rate 20000
@@ -132,6 +173,10 @@ mode 0
 load --rate 20000
 kill -TERM "$proxy"
 wait "$proxy" || { echo "pgo.sh: the instrumented proxy did not exit cleanly" >&2; exit 1; }
+proxy=
+stop
+upstream=
+trap - EXIT
 
 echo "pgo: 4/5 merging the profile" >&2
 mkdir -p "$root/target/pgo"
@@ -144,6 +189,4 @@ rm -f "$root"/target/pgo/stormguard-proxy-*.profdata
 mv "$root/target/pgo/merged.profdata" "$profile_data"
 
 echo "pgo: 5/5 stormguard with the profile" >&2
-CARGO_TARGET_DIR="$root/target/pgo" RUSTFLAGS="-Cprofile-use=$profile_data" \
-    cargo build -q --profile "$profile" -p stormguard-cli
-echo "$root/target/pgo/$dir/stormguard"
+build_cli "$root/target/pgo" "-Cprofile-use=$profile_data"

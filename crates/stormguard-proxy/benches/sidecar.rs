@@ -214,14 +214,7 @@ fn stormguard(port: u16, upstream: String, policy: PathBuf, multi: bool) -> BoxR
             pool: stormguard_proxy::PoolConfig::default(),
         })
         .await?;
-        // SIGTERM drains and returns, so the process exits through `main`: a build
-        // instrumented for profile-guided optimisation writes its profile at that exit.
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            () = proxy.wait() => return Err("the proxy stopped".into()),
-            _ = term.recv() => {}
-        }
-        proxy.shutdown(std::time::Duration::from_secs(1)).await;
+        proxy.wait().await;
         Ok(())
     })
 }
@@ -444,6 +437,14 @@ fn orchestrate(seconds: u64, rounds: usize, cli: Option<&Path>) -> BoxResult<()>
     let proxy = match cli {
         // The shipped binary (what `pgo.sh` builds): the same proxy as the role below.
         Some(cli) => {
+            if !cli.is_file() {
+                return Err(format!(
+                    "--stormguard {}: no such file (cargo bench runs the bench in the \
+                     package's directory: give an absolute path)",
+                    cli.display()
+                )
+                .into());
+            }
             println!("stormguard: {} proxy egress --workers 1", cli.display());
             let mut command = pinned("1", cli);
             command
