@@ -18,7 +18,8 @@
 #    must be answered without a connection error, and the proxy exits on SIGTERM, which
 #    writes its profile;
 # 4. `llvm-profdata merge` (the one matching rustc's LLVM; see `profdata` below);
-# 5. `stormguard` built with `-Cprofile-use`: target/pgo/<host>/<profile>/stormguard.
+# 5. `stormguard` built with `-Cprofile-use`: target/pgo/<host>/<profile>/stormguard;
+# 6. a check that it serves: 400 requests through it, each answered 200.
 # The builds pass `--target` (the host), so the flags reach the binary's crates but not
 # build scripts or proc macros, which would write profiles of their own.
 #
@@ -98,26 +99,25 @@ build_cli() {
     echo "$1/$host/$dir/stormguard"
 }
 
-echo "pgo: 1/5 the bench's upstream and load roles" >&2
+echo "pgo: 1/6 the bench's upstream and load roles" >&2
 bench=$(cargo bench -q --profile "$profile" -p stormguard-proxy --bench sidecar --no-run \
     --message-format=json | executable sidecar)
 
-echo "pgo: 2/5 stormguard, instrumented" >&2
+echo "pgo: 2/6 stormguard, instrumented" >&2
 raw="$root/target/pgo-generate/profiles"
 rm -rf "$raw"
 instrumented=$(build_cli "$root/target/pgo-generate" "-Cprofile-generate=$raw")
 
-echo "pgo: 3/5 training for $((seconds * 4)) s" >&2
 upstream=
 proxy=
-work=$(mktemp -d)
 stop() {
     local pid
     for pid in $upstream $proxy; do
         kill "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
-    rm -rf "$work"
+    upstream=
+    proxy=
 }
 trap stop EXIT
 free_port() {
@@ -128,35 +128,38 @@ wait_port() {
     echo "pgo.sh: nothing listens on 127.0.0.1:$1" >&2
     exit 1
 }
-cat >"$work/policy.toml" <<'EOF'
-[endpoints.default]
-idempotency = "key"
-timeouts = { per_try = "1s", overall = "5s" }
-retry = { max_attempts = 4 }
-backoff = { kind = "exponential", base = "1ms", cap = "10ms", jitter = "full" }
-budget = { kind = "grpc", max_tokens = 10, token_ratio = 0.1 }
-EOF
-up_port=$(free_port)
-"$bench" --role upstream --port "$up_port" >/dev/null &
-upstream=$!
-proxy_port=$(free_port)
-LLVM_PROFILE_FILE="$raw/proxy-%p.profraw" "$instrumented" proxy egress --workers 1 --log warn \
-    --drain 1s --listen "127.0.0.1:$proxy_port" --upstream "127.0.0.1:$up_port" \
-    --policy "$work/policy.toml" >/dev/null &
-proxy=$!
-wait_port "$up_port"
-wait_port "$proxy_port"
-# One phase of the generator through the proxy; every request must get an answer.
+# The bench's upstream, and the `stormguard` binary $1 as an egress proxy in front of it with
+# the bench's policy (any further arguments are VAR=value for its environment).
+serve() {
+    local binary=$1
+    shift
+    up_port=$(free_port)
+    "$bench" --role upstream --port "$up_port" >/dev/null &
+    upstream=$!
+    proxy_port=$(free_port)
+    env "$@" "$binary" proxy egress --workers 1 --log warn --drain 1s \
+        --listen "127.0.0.1:$proxy_port" --upstream "127.0.0.1:$up_port" \
+        --policy "$root/crates/stormguard-proxy/benches/sidecar/policy.toml" >/dev/null &
+    proxy=$!
+    wait_port "$up_port"
+    wait_port "$proxy_port"
+}
+# $1 seconds of the generator through the proxy (further arguments are its flags), bounded
+# in time; fails unless every request got an answer (with ONLY=200: a 200); prints the
+# generator's summary.
 load() {
-    local summary
+    local seconds=$1 summary
+    shift
     summary=$(timeout $((seconds + 30)) "$bench" --role load --seconds "$seconds" \
         --url "http://127.0.0.1:$proxy_port/" "$@") ||
-        { echo "pgo.sh: the training load failed or hung ($*)" >&2; exit 1; }
+        { echo "pgo.sh: the load failed or hung ($*)" >&2; exit 1; }
     python3 -c 'import json, sys
-r = json.loads(sys.argv[1])
-answered = sum(r["statuses"].values())
+r, only = json.loads(sys.argv[1]), sys.argv[2]
+answered = r["statuses"].get(only, 0) if only else sum(r["statuses"].values())
 if r["errors"] or answered != r["sent"]:
-    sys.exit(f"pgo.sh: training requests went unanswered: {r}")' "$summary"
+    sys.exit("pgo.sh: requests went unanswered (with " + (only or "any status") + "): " + str(r))' \
+        "$summary" "${ONLY:-}"
+    echo "$summary"
 }
 # The bench's upstream answers 503 to every Nth request after GET /__mode/N (asked
 # directly, whatever http_proxy says).
@@ -165,20 +168,21 @@ mode() {
 urllib.request.build_opener(urllib.request.ProxyHandler({})).open(sys.argv[1]).read()' \
         "http://127.0.0.1:$up_port/__mode/$1"
 }
-load --rate 20000
+
+echo "pgo: 3/6 training for $((seconds * 4)) s" >&2
+serve "$instrumented" LLVM_PROFILE_FILE="$raw/proxy-%p.profraw"
+load "$seconds" --rate 20000 >/dev/null
 mode 10
-load --rate 5000
-load --rate 2000 --method POST
+load "$seconds" --rate 5000 >/dev/null
+load "$seconds" --rate 2000 --method POST >/dev/null
 mode 0
-load --rate 20000
+load "$seconds" --rate 20000 >/dev/null
 kill -TERM "$proxy"
 wait "$proxy" || { echo "pgo.sh: the instrumented proxy did not exit cleanly" >&2; exit 1; }
 proxy=
 stop
-upstream=
-trap - EXIT
 
-echo "pgo: 4/5 merging the profile" >&2
+echo "pgo: 4/6 merging the profile" >&2
 mkdir -p "$root/target/pgo"
 "$merge" merge -o "$root/target/pgo/merged.profdata" "$raw"/proxy-*.profraw
 # Cargo does not watch the file a flag names: the profile's name carries its digest, so a
@@ -188,5 +192,11 @@ profile_data="$root/target/pgo/stormguard-proxy-$digest.profdata"
 rm -f "$root"/target/pgo/stormguard-proxy-*.profdata
 mv "$root/target/pgo/merged.profdata" "$profile_data"
 
-echo "pgo: 5/5 stormguard with the profile" >&2
-build_cli "$root/target/pgo" "-Cprofile-use=$profile_data"
+echo "pgo: 5/6 stormguard with the profile" >&2
+shipped=$(build_cli "$root/target/pgo" "-Cprofile-use=$profile_data")
+
+echo "pgo: 6/6 the built stormguard serves: 400 requests, each a 200" >&2
+serve "$shipped"
+ONLY=200 load 1 --rate 400 >&2
+stop
+echo "$shipped"

@@ -67,14 +67,8 @@ type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 mod load;
 use load::{LOAD_CONNECTIONS, load};
 
-const POLICY: &str = r#"
-[endpoints.default]
-idempotency = "key"
-timeouts = { per_try = "1s", overall = "5s" }
-retry = { max_attempts = 4 }
-backoff = { kind = "exponential", base = "1ms", cap = "10ms", jitter = "full" }
-budget = { kind = "grpc", max_tokens = 10, token_ratio = 0.1 }
-"#;
+/// The proxy's policy; `pgo.sh` trains the shipped build with the same file.
+const POLICY: &str = include_str!("sidecar/policy.toml");
 
 fn main() -> BoxResult<()> {
     let args: Vec<String> = std::env::args()
